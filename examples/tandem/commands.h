@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// Subcommands of the `tandem` tool. Each add_* registers its options on the app and returns the options
+// struct the callback reads; main.cpp runs the chosen one.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace tandem::cli {
+
+struct DevicesOptions {
+  std::string output = "md";
+};
+struct ProfileOptions {
+  std::string device = "cpu";
+  std::string out_path;
+  int repeats = 3;
+  bool quick = false;
+  bool no_tables = false;
+  bool no_progress = false;
+};
+struct BenchOptions {
+  std::string device = "cpu";
+  std::string output = "md";
+  std::string suite = "gemm,attention";
+  int repetitions = 5;
+  int warmup = 1;
+  int threads = 0;
+  bool no_progress = false;
+};
+
+int run_devices(const DevicesOptions& o);
+int run_profile(const ProfileOptions& o);
+int run_bench(const BenchOptions& o);
+
+}  // namespace tandem::cli

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// tandem: the command-line tool. Subcommands: devices, profile, bench, version.
+// Results go to stdout (tables or JSON); logs and progress go to stderr.
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/error.h"
+#include "tandem/core/log.h"
+#include "tandem/version.h"
+
+namespace {
+
+int run_version() {
+  std::printf("tandem %s (commit %s, %s, %s)\n", TANDEM_VERSION_STRING, TANDEM_GIT_COMMIT, TANDEM_COMPILER,
+              TANDEM_BUILD_TYPE);
+  std::printf("backends compiled: cpu%s; GEMM/conv providers: %s%s\n", TANDEM_WITH_CUDA_MODULE ? ", cuda" : "",
+              TANDEM_WITH_DNNL ? "oneDNN " : "", TANDEM_WITH_OPENBLAS ? "OpenBLAS" : "");
+  auto& reg = tandem::BackendRegistry::global();
+  std::printf("cpu features: %s\n", reg.get(tandem::Device::cpu()).device_info(0).features.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: inference acceleration for LLMs, edge CNNs and recommenders on CPU and CUDA"};
+  app.require_subcommand(1);
+  int verbose = 0;
+  bool quiet = false;
+  app.add_flag("-v,--verbose", verbose, "More log output on stderr (-v info, -vv debug)");
+  app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
+
+  tandem::cli::DevicesOptions dev;
+  auto* devices = app.add_subcommand("devices", "List the devices tandem can use and the backends' status");
+  devices->add_option("-o,--output", dev.output, "Output format")
+      ->check(CLI::IsMember({"md", "json"}))
+      ->capture_default_str();
+
+  tandem::cli::ProfileOptions prof;
+  auto* profile = app.add_subcommand(
+      "profile", "Measure this machine (GEMM FLOP/s, FMA peak, memory bandwidth, per-op latency tables) and "
+                 "write a DeviceProfile JSON for the planners' cost models");
+  profile->add_option("-d,--device", prof.device, "Device to profile: cpu or cuda:N")->capture_default_str();
+  profile->add_option("--out", prof.out_path, "Write the profile JSON here (default: print it to stdout)");
+  profile->add_option("-r,--repeats", prof.repeats, "Best-of repetitions per measurement")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  profile->add_flag("--quick", prof.quick, "Fewer, shorter measurements (a few seconds)");
+  profile->add_flag("--no-tables", prof.no_tables, "Skip the per-op latency tables");
+  profile->add_flag("--no-progress", prof.no_progress, "No progress line on stderr");
+
+  tandem::cli::BenchOptions bo;
+  auto* bench = app.add_subcommand(
+      "bench", "Self-benchmark of tandem's kernels (GEMM at LLM layer shapes, attention prefill/decode), "
+               "with GFLOP/s and the share of this machine's measured FMA peak");
+  bench->add_option("-d,--device", bo.device, "Device: cpu or cuda:N")->capture_default_str();
+  bench->add_option("-o,--output", bo.output, "Output format")
+      ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}))
+      ->capture_default_str();
+  bench->add_option("-s,--suite", bo.suite, "Comma-separated suites: gemm, attention")->capture_default_str();
+  bench->add_option("-r,--repetitions", bo.repetitions, "Timed repetitions per case")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  bench->add_option("--warmup", bo.warmup, "Untimed warm-up runs per case")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  bench->add_option("-t,--threads", bo.threads, "CPU threads (0 = all)")->envname("TANDEM_NUM_THREADS");
+  bench->add_flag("--no-progress", bo.no_progress, "No progress line on stderr");
+
+  auto* version = app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (quiet) {
+      tandem::set_log_level("error");
+    } else if (verbose > 0) {
+      tandem::set_log_level(verbose > 1 ? "debug" : "info");
+    }
+    if (*devices) return tandem::cli::run_devices(dev);
+    if (*profile) return tandem::cli::run_profile(prof);
+    if (*bench) return tandem::cli::run_bench(bo);
+    if (*version) return run_version();
+  } catch (const tandem::Error& e) {
+    std::fprintf(stderr, "tandem: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: unexpected error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
