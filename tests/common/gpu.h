@@ -26,7 +26,7 @@ inline bool gpu_available(std::string* why) {
     return false;
   }
   if (b->device_count() == 0) {
-    *why = "no usable CUDA device: " + b->unavailable_reason();
+    *why = b->unavailable_reason();
     return false;
   }
   return true;

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend's kernel table: argument plumbing from tensors to the launchers in kernels/, on
+// the caller's stream or synchronously. Arguments were validated by src/core/ops.cpp.
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "cuda_ops.h"
+#include "tandem/core/error.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::cuda {
+
+// ------------------------------------------------------------------------------------------------
+// OpScope
+
+int OpScope::resolve(CudaBackend& backend, const Tensor& out, const char* op) {
+  check_not_in_host_function(op);
+  if (!out.device().is_cuda())
+    throw InvalidArgument(
+        cat(op, ": the CUDA backend got an output on ", out.device().to_string()));
+  return backend.ordinal(out.device().index);
+}
+
+OpScope::OpScope(CudaBackend& backend, const Tensor& out, Stream* s, const char* op)
+    : device_(out.device()), guard_(resolve(backend, out, op)) {
+  if (s == nullptr) {
+    stream_ = &backend.internal_stream(device_.index);
+    return;
+  }
+  auto* cs = dynamic_cast<CudaStream*>(s);
+  if (!cs || !(cs->device() == device_))
+    throw InvalidArgument(cat(op, ": tensors on ", device_.to_string(),
+                              " need a stream of that device, got one of ",
+                              s->device().to_string()));
+  stream_ = cs;
+  sync_ = false;
+}
+
+Tensor OpScope::scratch(const Shape& shape, DType dtype) {
+  scratch_.push_back(Tensor::empty(shape, dtype, device_));
+  return scratch_.back();
+}
+
+Tensor OpScope::contiguous(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = scratch(t.shape(), t.dtype());
+  k::StridedView v;
+  v.rank = t.rank();
+  for (int i = 0; i < t.rank(); ++i) {
+    v.shape[i] = t.size(i);
+    v.strides[i] = t.stride(i);
+  }
+  TANDEM_CHECK(!dtype_is_blocked(t.dtype())) << "strided " << t.to_string() << " operand";
+  scratch_.push_back(t);  // the source stays alive until the gather has run
+  TANDEM_CUDA_CHECK(k::gather_units(t.raw_data(), v, dtype_block_bytes(t.dtype()), c.raw_data(),
+                                    t.numel(), stream()));
+  return c;
+}
+
+void OpScope::finish(std::vector<Tensor> keep) {
+  if (sync_) {
+    stream_->wait_idle();
+    return;
+  }
+  for (auto& t : scratch_) keep.push_back(std::move(t));
+  scratch_.clear();
+  stream_->retain(std::move(keep));
+}
+
+namespace {
+
+int64_t rows_of(const Tensor& t) {
+  const int64_t cols = t.rank() == 0 ? 1 : t.size(-1);
+  return cols == 0 ? 0 : t.numel() / cols;
+}
+int64_t cols_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.size(-1); }
+
+k::StridedView element_view(const Tensor& t) {
+  k::StridedView v;
+  v.rank = t.rank();
+  for (int i = 0; i < t.rank(); ++i) {
+    v.shape[i] = t.size(i);
+    v.strides[i] = t.stride(i);
+  }
+  return v;
+}
+
+// The view of t in storage units (blocks for block types): rows stay dense, outer strides scale
+// down.
+k::StridedView unit_view(const Tensor& t) {
+  k::StridedView v = element_view(t);
+  const int64_t block = dtype_block_size(t.dtype());
+  if (block == 1 || t.rank() == 0) return v;
+  if (t.stride(-1) != 1 && t.size(-1) != 1)
+    throw Unsupported(cat("convert: ", t.to_string(), " has a strided last dimension"));
+  for (int i = 0; i < t.rank() - 1; ++i) {
+    if (t.stride(i) % block != 0)
+      throw Unsupported(
+          cat("convert: stride ", t.stride(i), " of ", t.to_string(), " splits a block"));
+    v.strides[i] = t.stride(i) / block;
+  }
+  v.shape[t.rank() - 1] = t.size(-1) / block;
+  v.strides[t.rank() - 1] = 1;
+  return v;
+}
+
+class CudaKernels final : public ops::OpKernels {
+ public:
+  explicit CudaKernels(CudaBackend& b) : b_(b) {}
+
+  void gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
+            Stream* s) override {
+    run_gemm(b_, a, b, c, p, s);
+  }
+  void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
+                    Stream* s) override {
+    run_batched_gemm(b_, a, b, c, p, s);
+  }
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+              const ops::Conv2dParams& p, Stream* s) override {
+    run_conv2d(b_, x, w, bias, y, p, s);
+  }
+
+  void softmax(const Tensor& x, Tensor& y, Stream* s) override {
+    OpScope sc(b_, y, s, "softmax");
+    TANDEM_CUDA_CHECK(
+        k::softmax(ptr<float>(x), ptr<float>(y), rows_of(x), cols_of(x), sc.stream()));
+    sc.finish({x, y});
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& w, Tensor& y, const ops::NormParams& p,
+                Stream* s) override {
+    OpScope sc(b_, y, s, "rms_norm");
+    const Tensor wc = sc.contiguous(w);
+    TANDEM_CUDA_CHECK(k::rms_norm(ptr<float>(x), ptr<float>(wc), ptr<float>(y), rows_of(x),
+                                  cols_of(x), p.eps, sc.stream()));
+    sc.finish({x, w, y});
+  }
+
+  void layer_norm(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                  const ops::NormParams& p, Stream* s) override {
+    OpScope sc(b_, y, s, "layer_norm");
+    const Tensor wc = sc.contiguous(w), bc = sc.contiguous(bias);
+    TANDEM_CUDA_CHECK(k::layer_norm(ptr<float>(x), ptr<float>(wc),
+                                    bc.defined() ? ptr<float>(bc) : nullptr, ptr<float>(y),
+                                    rows_of(x), cols_of(x), p.eps, sc.stream()));
+    sc.finish({x, w, bias, y});
+  }
+
+  void rope(const Tensor& x, const Tensor& pos, Tensor& y, const ops::RopeParams& p,
+            Stream* s) override {
+    OpScope sc(b_, y, s, "rope");
+    const Tensor pc = sc.contiguous(pos);
+    const int64_t rd = p.rotary_dim < 0 ? x.size(2) : p.rotary_dim;
+    TANDEM_CUDA_CHECK(k::rope(ptr<float>(x), ptr<int32_t>(pc), ptr<float>(y), x.size(0), x.size(1),
+                              x.size(2), rd, p.theta, p.neox, sc.stream()));
+    sc.finish({x, pos, y});
+  }
+
+  void unary(ops::UnaryOp op, const Tensor& x, Tensor& y, Stream* s) override {
+    OpScope sc(b_, y, s, "unary");
+    TANDEM_CUDA_CHECK(k::unary(op, ptr<float>(x), ptr<float>(y), x.numel(), sc.stream()));
+    sc.finish({x, y});
+  }
+
+  void binary(ops::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y, Stream* s) override {
+    OpScope sc(b_, y, s, "binary");
+    TANDEM_CUDA_CHECK(k::binary(op, ptr<float>(a), ptr<float>(b), ptr<float>(y), a.numel(),
+                                b.numel(), sc.stream()));
+    sc.finish({a, b, y});
+  }
+
+  // Ids are copied to the host and checked first (the CPU contract: InvalidArgument for ids outside
+  // [0, V)). On a caller's stream this waits for the work queued before the op; the kernel
+  // additionally clamps ids, so memory is never read out of bounds.
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) override {
+    OpScope sc(b_, out, s, "embedding");
+    const int64_t tokens = ids.numel(), vocab = table.size(0), dim = table.size(1);
+    if (tokens > 0) {
+      std::vector<int32_t> host(static_cast<size_t>(tokens));
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(host.data(), ids.raw_data(), host.size() * sizeof(int32_t),
+                                        cudaMemcpyDeviceToHost, sc.stream()));
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(sc.stream()));
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int32_t id = host[static_cast<size_t>(t)];
+        if (id < 0 || id >= vocab)
+          throw InvalidArgument(
+              cat("embedding: id ", id, " at position ", t, " outside [0, ", vocab, ")"));
+      }
+    }
+    TANDEM_CUDA_CHECK(k::embedding(table.dtype(), table.raw_data(), ptr<int32_t>(ids),
+                                   ptr<float>(out), tokens, vocab, dim, sc.stream()));
+    sc.finish({table, ids, out});
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                 const ops::AttentionParams& p, Tensor* probs, Stream* s) override {
+    OpScope sc(b_, out, s, "attention");
+    k::AttentionArgs a;
+    a.q = ptr<float>(q);
+    a.k = ptr<float>(k);
+    a.v = ptr<float>(v);
+    a.out = ptr<float>(out);
+    a.tq = q.size(0);
+    a.hq = q.size(1);
+    a.d = q.size(2);
+    a.tk = k.size(0);
+    a.hkv = k.size(1);
+    a.dv = v.size(2);
+    a.scale = p.scale;
+    a.causal = p.causal;
+    a.q_offset = p.q_offset;
+    int max_smem = 0;
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                             b_.ordinal(out.device().index)));
+    if (k::attention_smem_bytes(a.d, a.dv) > static_cast<size_t>(max_smem))
+      throw Unsupported(cat("attention on ", out.device().to_string(), ": head dims ", a.d, " + ",
+                            a.dv, " need more shared memory than the device's ", max_smem,
+                            " bytes per block"));
+    TANDEM_CUDA_CHECK(k::attention(a, sc.stream()));
+    std::vector<Tensor> keep{q, k, v, out};
+    if (probs && !p.prob_rows.empty()) {
+      const auto n_rows = static_cast<int64_t>(p.prob_rows.size());
+      Tensor host_rows = Tensor::from_vector(p.prob_rows, Shape{n_rows}, DType::kI64);
+      Tensor rows = sc.scratch(Shape{n_rows}, DType::kI64);
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(rows.raw_data(), host_rows.raw_data(),
+                                        static_cast<size_t>(host_rows.nbytes()),
+                                        cudaMemcpyHostToDevice, sc.stream()));
+      TANDEM_CUDA_CHECK(
+          k::attention_probs(a, ptr<int64_t>(rows), n_rows, ptr<float>(*probs), sc.stream()));
+      keep.push_back(host_rows);
+      keep.push_back(*probs);
+    }
+    sc.finish(std::move(keep));
+  }
+
+  void convert(const Tensor& src, Tensor& dst, Stream* s) override {
+    OpScope sc(b_, dst, s, "convert");
+    const int64_t n = src.numel();
+    if (n > 0) {
+      if (src.dtype() == dst.dtype()) {
+        if (src.is_contiguous()) {
+          TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(),
+                                            static_cast<size_t>(src.nbytes()),
+                                            cudaMemcpyDeviceToDevice, sc.stream()));
+        } else {
+          const k::StridedView v = unit_view(src);
+          TANDEM_CUDA_CHECK(k::gather_units(src.raw_data(), v, dtype_block_bytes(src.dtype()),
+                                            dst.raw_data(), n / dtype_block_size(src.dtype()),
+                                            sc.stream()));
+        }
+      } else {
+        k::StridedView v = element_view(src);
+        if (dtype_is_blocked(
+                src.dtype())) {  // contiguous (checked by ops::convert): one flat dimension
+          v.rank = 1;
+          v.shape[0] = n;
+          v.strides[0] = 1;
+        }
+        TANDEM_CUDA_CHECK(k::convert(src.dtype(), src.raw_data(), v, dst.dtype(), dst.raw_data(), n,
+                                     sc.stream()));
+      }
+    }
+    sc.finish({src, dst});
+  }
+
+ private:
+  CudaBackend& b_;
+};
+
+}  // namespace
+
+std::unique_ptr<ops::OpKernels> make_cuda_kernels(CudaBackend& backend) {
+  return std::make_unique<CudaKernels>(backend);
+}
+
+}  // namespace tandem::cuda
