@@ -137,25 +137,35 @@ Tensor Tensor::select(int dim, int64_t index) const {
   return t;
 }
 
-Tensor Tensor::reshape(const Shape& shape) const {
-  if (!is_contiguous()) throw InvalidArgument(cat("reshape of a non-contiguous tensor ", to_string()));
-  Shape s = shape;
+Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
   int infer = -1;
   int64_t known = 1;
-  for (int i = 0; i < s.rank(); ++i) {
-    if (s[i] == -1) {
+  std::vector<int64_t> d(dims);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] == -1) {
       if (infer >= 0) throw InvalidArgument("reshape: at most one -1 dimension");
-      infer = i;
+      infer = static_cast<int>(i);
     } else {
-      known *= s[i];
+      if (d[i] < 0) throw InvalidArgument(cat("reshape: negative dimension ", d[i]));
+      known *= d[i];
     }
   }
-  (void)infer;
-  if (known != numel()) throw InvalidArgument(cat("reshape ", shape_.to_string(), " to ", shape.to_string()));
-  check_blocked_shape(s, dtype_);
+  if (infer >= 0) {
+    if (known == 0 || numel() % known != 0)
+      throw InvalidArgument(cat("reshape ", shape_.to_string(), ": cannot infer -1 from ", numel(), " elements"));
+    d[infer] = numel() / known;
+  }
+  return reshape(Shape(d));
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  if (!is_contiguous()) throw InvalidArgument(cat("reshape of a non-contiguous tensor ", to_string()));
+  if (shape.numel() != numel())
+    throw InvalidArgument(cat("reshape ", shape_.to_string(), " to ", shape.to_string()));
+  check_blocked_shape(shape, dtype_);
   Tensor t = *this;
-  t.shape_ = s;
-  t.strides_ = s.contiguous_strides();
+  t.shape_ = shape;
+  t.strides_ = shape.contiguous_strides();
   return t;
 }
 

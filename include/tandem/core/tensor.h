@@ -94,7 +94,8 @@ class TANDEM_API Tensor {
   // Views (no copy).
   Tensor slice(int dim, int64_t start, int64_t end) const;  // [start, end) along dim
   Tensor select(int dim, int64_t index) const;               // removes dim
-  Tensor reshape(const Shape& shape) const;                  // requires is_contiguous(); one -1 allowed
+  Tensor reshape(const Shape& shape) const;                  // requires is_contiguous()
+  Tensor reshape(std::initializer_list<int64_t> dims) const; // as above; one dim may be -1 (inferred)
   Tensor transpose(int d0, int d1) const;
   Tensor permute(const std::vector<int>& order) const;
   Tensor unsqueeze(int dim) const;

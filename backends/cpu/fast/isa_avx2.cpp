@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// The AVX2 + FMA + F16C instance of the generic kernels in isa_kernels.inc. Only this region is
+// compiled for AVX2; isa() selects it when cpu_info() reports avx2, fma and f16c (and AVX-512 is
+// absent or disabled).
+#include "isa.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "dequant.h"
+#include "tandem/core/error.h"
+
+// GCC 12 reports false "may be used uninitialized" warnings inside its AVX-512 intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace tandem::cpu::avx2 {
+constexpr const char* kIsaName = "avx2";
+#include "simd_avx2.h"
+// The generic kernels below use the V just defined.
+#include "isa_kernels.inc"
+}  // namespace tandem::cpu::avx2
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
+#else
+namespace tandem::cpu::avx2 {
+const IsaKernels* table() { return nullptr; }
+}  // namespace tandem::cpu::avx2
+#endif

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fast GEMM and batched GEMM. f32 goes to the f32 provider (gemm_f32.h). Weights of
+// f16/bf16/q8_0/q4_0/ q4_1 ([N, K], trans_b) are dequantized on the fly:
+//   M <= kGemvMaxM (decode): the fused dequantize-GEMV of the ISA table, threads over chunks of N
+//   rows;
+//     every weight byte is read once and dequantized once for all M rows.
+//   larger M (prefill): each thread dequantizes a tile of W rows into its own f32 scratch sized to
+//   stay in
+//     L2 (kTileBytes), then runs a single-threaded f32 GEMM of all of A against that tile.
+#include <algorithm>
+#include <vector>
+
+#include "fast_ops.h"
+#include "gemm_f32.h"
+#include "isa.h"
+#include "parallel.h"
+#include "tandem/core/backend.h"
+
+namespace tandem::cpu::fast {
+namespace {
+
+constexpr int kGemvMaxM = 8;
+constexpr int64_t kTileBytes = 1 << 20;  // f32 scratch per thread for the dequantized W tile
+
+void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
+                  const uint8_t* w, float beta, float* c, int threads) {
+  const int64_t rb = dtype_row_bytes(wt, k);
+  if (m <= kGemvMaxM) {
+    const float* x = a;
+    std::vector<float> xt;
+    if (ta) {  // a is [K, M]: make the M rows contiguous
+      xt.resize(static_cast<size_t>(m * k));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t l = 0; l < k; ++l) xt[i * k + l] = a[l * m + i];
+      x = xt.data();
+    }
+    const IsaKernels& isa_k = isa();
+    // Chunks of rows: several per thread for balance, but each at least 16 rows.
+    const int64_t chunk = std::max<int64_t>(16, (n + 4 * threads - 1) / (4 * threads));
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    parallel_for(chunks, threads, [&](int64_t ci, int) {
+      const int64_t n0 = ci * chunk, n1 = std::min(n, n0 + chunk);
+      isa_k.gemv(wt, static_cast<int>(m), k, x, k, w, rb, n0, n1, c, n, alpha, beta);
+    });
+    return;
+  }
+  const int64_t tile = std::clamp<int64_t>(kTileBytes / (4 * k) / 16 * 16, 16, 256);
+  const int64_t tiles = (n + tile - 1) / tile;
+  const IsaKernels& isa_k = isa();
+  std::vector<std::vector<float>> scratch(team_size(tiles, threads));
+  parallel_for(tiles, threads, [&](int64_t t, int th) {
+    std::vector<float>& wf = scratch[th];
+    if (wf.empty()) wf.resize(static_cast<size_t>(tile * k));
+    const int64_t n0 = t * tile, nt = std::min(tile, n - n0);
+    for (int64_t r = 0; r < nt; ++r)
+      isa_k.dequantize_row(wt, w + (n0 + r) * rb, wf.data() + r * k, k);
+    // With one tile per thread the GEMM may use the threads left over.
+    sgemm(ta, true, m, nt, k, alpha, a, ta ? m : k, wf.data(), k, beta, c + n0, n,
+          tiles < threads ? threads : 1);
+  });
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmParams& p) {
+  const int64_t m = c.size(0), n = c.size(1), k = p.trans_a ? a.size(0) : a.size(1);
+  const int threads = cpu_num_threads();
+  if (b.dtype() == DType::kF32) {
+    sgemm(p.trans_a, p.trans_b, m, n, k, p.alpha, a.data<float>(), p.trans_a ? m : k,
+          b.data<float>(), p.trans_b ? k : n, p.beta, c.data<float>(), n, threads);
+    return;
+  }
+  gemm_weights(p.trans_a, m, n, k, p.alpha, a.data<float>(), b.dtype(),
+               static_cast<const uint8_t*>(b.raw_data()), p.beta, c.data<float>(), threads);
+}
+
+void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmParams& p) {
+  const int64_t batch = c.size(0), m = c.size(1), n = c.size(2);
+  const int64_t k = p.trans_a ? a.size(1) : a.size(2);
+  const float *ap = a.data<float>(), *bp = b.data<float>();
+  float* cp = c.data<float>();
+  const int threads = cpu_num_threads();
+  const int64_t lda = p.trans_a ? m : k, ldb = p.trans_b ? k : n;
+  // Small matrices: one single-threaded GEMM per batch entry, entries spread over threads. Large
+  // ones: one after the other, each on all threads.
+  if (batch >= threads && m * n * k <= (int64_t{1} << 22)) {
+    parallel_for(batch, threads, [&](int64_t i, int) {
+      sgemm(p.trans_a, p.trans_b, m, n, k, p.alpha, ap + i * m * k, lda, bp + i * k * n, ldb,
+            p.beta, cp + i * m * n, n, 1);
+    });
+    return;
+  }
+  for (int64_t i = 0; i < batch; ++i)
+    sgemm(p.trans_a, p.trans_b, m, n, k, p.alpha, ap + i * m * k, lda, bp + i * k * n, ldb, p.beta,
+          cp + i * m * n, n, threads);
+}
+
+}  // namespace tandem::cpu::fast
