@@ -73,6 +73,12 @@ void add_attention(std::vector<Case>& cases, Device dev, const std::string& name
   cases.push_back(std::move(cs));
 }
 
+std::string fmt_fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
 bool wants(const std::string& suites, const std::string& s) {
   std::stringstream ss(suites);
   std::string item;
@@ -181,7 +187,7 @@ int run_bench(const BenchOptions& o) {
                   r["p50_ms"].get<double>(), r["mean_ms"].get<double>(), r["stddev_ms"].get<double>(),
                   r["gflops_per_s"].get<double>(),
                   r.contains("fma_peak_share") ? cat(static_cast<int>(r["fma_peak_share"].get<double>() * 100 + 0.5), "%").c_str() : "-",
-                  r.contains("gbytes_per_s") ? cat(r["gbytes_per_s"].get<double>()).c_str() : "-");
+                  r.contains("gbytes_per_s") ? fmt_fixed(r["gbytes_per_s"].get<double>(), 1).c_str() : "-");
     }
   }
   return 0;
