@@ -29,6 +29,7 @@
 #include "summary.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/profiler.h"
+#include "tandem/core/build_info.h"
 #include "tandem/version.h"
 
 #if TANDEM_HAVE_DNNL
@@ -44,15 +45,6 @@ namespace {
 // Bytes per triad array: 3 x 256 MiB, past this machine's caches (its triad levels off at DRAM
 // speed from ~64 MiB arrays on).
 constexpr int64_t kTriadArrayBytes = int64_t{256} << 20;
-
-nlohmann::json build_json() {
-  nlohmann::json backends = nlohmann::json::array({"cpu"});
-  if (TANDEM_WITH_CUDA_MODULE) backends.push_back("cuda");
-  return {{"version", TANDEM_VERSION_STRING},     {"git_commit", TANDEM_GIT_COMMIT},
-          {"compiler", TANDEM_COMPILER},          {"build_type", TANDEM_BUILD_TYPE},
-          {"backends_compiled", backends},        {"onednn", TANDEM_WITH_DNNL == 1},
-          {"openblas", TANDEM_WITH_OPENBLAS == 1}};
-}
 
 #if TANDEM_HAVE_DNNL
 // The ISA oneDNN dispatches to (its C API has no name function; these enumerators exist in 2.x
@@ -173,7 +165,7 @@ void measure_ceilings() {
 
 void add_context() {
   const MachineCeilings& c = ceilings();
-  benchmark::AddCustomContext("tandem_build", build_json().dump());
+  benchmark::AddCustomContext("tandem_build", build_info_json().dump());
   benchmark::AddCustomContext("tandem_cpu", device_json().dump());
   benchmark::AddCustomContext("peers", peers_json().dump());
   benchmark::AddCustomContext("env", env_json().dump());

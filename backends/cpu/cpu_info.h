@@ -8,11 +8,11 @@
 namespace tandem::cpu {
 
 struct CpuInfo {
-  std::string model;       // /proc/cpuinfo "model name"
-  int threads = 1;         // hardware threads
+  std::string model;  // /proc/cpuinfo "model name"
+  int threads = 1;    // hardware threads
   int64_t memory_bytes = 0;
-  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false, avx512vnni = false,
-       avx512bf16 = false;
+  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bw = false,
+       avx512vnni = false, avx512bf16 = false;
   std::string features() const;  // "avx2 fma f16c avx512f ..."
 };
 

@@ -79,7 +79,8 @@ class CpuEvent final : public Event {
 
 class CpuStream;
 
-// Worker threads shared by all CPU streams. Leaked on purpose: workers may outlive static destruction.
+// Worker threads shared by all CPU streams. Leaked on purpose: workers may outlive static
+// destruction.
 class Pool {
  public:
   static Pool& get() {
@@ -136,7 +137,8 @@ class CpuStream final : public Stream {
       if (auto m = e->current(); m && !m->done()) push(Wait{std::move(m)});
       return;
     }
-    // A foreign event (e.g. CUDA): block a worker in its synchronize(). The caller keeps the event alive.
+    // A foreign event (e.g. CUDA): block a worker in its synchronize(). The caller keeps the event
+    // alive.
     push(Launch{[&event] { event.synchronize(); }});
   }
 
@@ -150,8 +152,8 @@ class CpuStream final : public Stream {
     }
   }
 
-  // Runs queued items on the calling worker; returns when the queue is empty, a wait parks the stream, or
-  // a fairness quantum is used up (then the stream goes to the back of the ready list).
+  // Runs queued items on the calling worker; returns when the queue is empty, a wait parks the
+  // stream, or a fairness quantum is used up (then the stream goes to the back of the ready list).
   void drain() {
     for (int budget = 64; budget > 0; --budget) {
       Item item;

@@ -61,7 +61,8 @@ class CpuBackend final : public Backend {
   }
   void copy(const Tensor& src, Tensor& dst, Stream* s) override {
     TANDEM_CHECK(src.device().is_cpu() && dst.device().is_cpu())
-        << "cpu backend copy between " << src.device().to_string() << " and " << dst.device().to_string();
+        << "cpu backend copy between " << src.device().to_string() << " and "
+        << dst.device().to_string();
     TANDEM_CHECK(src.is_contiguous() && dst.is_contiguous() && src.nbytes() == dst.nbytes());
     cpu::run_on(s, [src, dst] {
       std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.nbytes()));
@@ -87,7 +88,8 @@ ops::OpKernels& ops::cpu_reference_kernels() { return cpu::reference_kernels(); 
 namespace {
 std::atomic<int>& thread_setting() {
   static std::atomic<int> n = [] {
-    if (const char* env = std::getenv("TANDEM_NUM_THREADS"); env && std::atoi(env) > 0) return std::atoi(env);
+    if (const char* env = std::getenv("TANDEM_NUM_THREADS"); env && std::atoi(env) > 0)
+      return std::atoi(env);
     return cpu::cpu_info().threads;
   }();
   return n;

@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "report.h"
 #include "tandem/core/backend.h"
+#include "tandem/core/build_info.h"
 #include "tandem/version.h"
 
 namespace tandem::cli {
@@ -20,7 +21,7 @@ int run_devices(const DevicesOptions& o) {
   const bool cuda_loaded = reg.find(DeviceType::kCuda) != nullptr;
   if (o.output == "json") {
     nlohmann::json j = {{"schema_version", 1},
-                        {"build", build_json()},
+                        {"build", build_info_json()},
                         {"system", system_json()},
                         {"backends", backends},
                         {"load_errors", reg.load_errors()}};
@@ -31,7 +32,8 @@ int run_devices(const DevicesOptions& o) {
   for (const Device& d : reg.devices()) {
     const DeviceInfo info = reg.get(d).device_info(d.index);
     std::printf("| %s | %s | %.1f GiB | %d | %s |\n", d.to_string().c_str(), info.name.c_str(),
-                static_cast<double>(info.memory_bytes) / (1 << 30), info.compute_units, info.features.c_str());
+                static_cast<double>(info.memory_bytes) / (1 << 30), info.compute_units,
+                info.features.c_str());
   }
   std::printf("\n");
   for (Backend* b : reg.backends()) {
@@ -39,8 +41,9 @@ int run_devices(const DevicesOptions& o) {
                 b->unavailable_reason().empty() ? "" : ": ", b->unavailable_reason().c_str());
   }
   if (!cuda_loaded) {
-    std::printf("backend cuda  not loaded: %s\n",
-                TANDEM_WITH_CUDA_MODULE ? "libtandem_cuda.so could not be loaded" : "built with TANDEM_CUDA=OFF");
+    std::printf("backend cuda  not loaded: %s\n", TANDEM_WITH_CUDA_MODULE
+                                                      ? "libtandem_cuda.so could not be loaded"
+                                                      : "built with TANDEM_CUDA=OFF");
   }
   for (const auto& e : reg.load_errors()) std::printf("  %s\n", e.c_str());
   return 0;

@@ -30,7 +30,9 @@ int run_profile(const ProfileOptions& o) {
   if (!f) throw IoError(cat("cannot write ", o.out_path));
   f << text << "\n";
   if (!f) throw IoError(cat("write failed: ", o.out_path));
-  std::printf("| device | GEMM GFLOP/s | memory GB/s | memory GiB | op table entries |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| device | GEMM GFLOP/s | memory GB/s | memory GiB | op table entries "
+      "|\n|---|---|---|---|---|\n");
   std::printf("| %s | %.1f | %.1f | %.1f | %zu |\n", p.name.c_str(), p.peak_flops / 1e9,
               p.mem_bandwidth_bytes_per_s / 1e9, p.mem_bytes / (1 << 30), p.op_latency_s.size());
   std::printf("\nwrote %s\n", o.out_path.c_str());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Subcommands of the `tandem` tool. Each add_* registers its options on the app and returns the options
-// struct the callback reads; main.cpp runs the chosen one.
+// Subcommands of the `tandem` tool. Each add_* registers its options on the app and returns the
+// options struct the callback reads; main.cpp runs the chosen one.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -13,10 +13,11 @@
 namespace {
 
 int run_version() {
-  std::printf("tandem %s (commit %s, %s, %s)\n", TANDEM_VERSION_STRING, TANDEM_GIT_COMMIT, TANDEM_COMPILER,
-              TANDEM_BUILD_TYPE);
-  std::printf("backends compiled: cpu%s; GEMM/conv providers: %s%s\n", TANDEM_WITH_CUDA_MODULE ? ", cuda" : "",
-              TANDEM_WITH_DNNL ? "oneDNN " : "", TANDEM_WITH_OPENBLAS ? "OpenBLAS" : "");
+  std::printf("tandem %s (commit %s, %s, %s)\n", TANDEM_VERSION_STRING, TANDEM_GIT_COMMIT,
+              TANDEM_COMPILER, TANDEM_BUILD_TYPE);
+  std::printf("backends compiled: cpu%s; GEMM/conv providers: %s%s\n",
+              TANDEM_WITH_CUDA_MODULE ? ", cuda" : "", TANDEM_WITH_DNNL ? "oneDNN " : "",
+              TANDEM_WITH_OPENBLAS ? "OpenBLAS" : "");
   auto& reg = tandem::BackendRegistry::global();
   std::printf("cpu features: %s\n", reg.get(tandem::Device::cpu()).device_info(0).features.c_str());
   return 0;
@@ -25,7 +26,8 @@ int run_version() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tandem: inference acceleration for LLMs, edge CNNs and recommenders on CPU and CUDA"};
+  CLI::App app{
+      "tandem: inference acceleration for LLMs, edge CNNs and recommenders on CPU and CUDA"};
   app.require_subcommand(1);
   int verbose = 0;
   bool quiet = false;
@@ -33,17 +35,21 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
 
   tandem::cli::DevicesOptions dev;
-  auto* devices = app.add_subcommand("devices", "List the devices tandem can use and the backends' status");
+  auto* devices =
+      app.add_subcommand("devices", "List the devices tandem can use and the backends' status");
   devices->add_option("-o,--output", dev.output, "Output format")
       ->check(CLI::IsMember({"md", "json"}))
       ->capture_default_str();
 
   tandem::cli::ProfileOptions prof;
   auto* profile = app.add_subcommand(
-      "profile", "Measure this machine (GEMM FLOP/s, FMA peak, memory bandwidth, per-op latency tables) and "
-                 "write a DeviceProfile JSON for the planners' cost models");
-  profile->add_option("-d,--device", prof.device, "Device to profile: cpu or cuda:N")->capture_default_str();
-  profile->add_option("--out", prof.out_path, "Write the profile JSON here (default: print it to stdout)");
+      "profile",
+      "Measure this machine (GEMM FLOP/s, FMA peak, memory bandwidth, per-op latency tables) and "
+      "write a DeviceProfile JSON for the planners' cost models");
+  profile->add_option("-d,--device", prof.device, "Device to profile: cpu or cuda:N")
+      ->capture_default_str();
+  profile->add_option("--out", prof.out_path,
+                      "Write the profile JSON here (default: print it to stdout)");
   profile->add_option("-r,--repeats", prof.repeats, "Best-of repetitions per measurement")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
@@ -53,23 +59,27 @@ int main(int argc, char** argv) {
 
   tandem::cli::BenchOptions bo;
   auto* bench = app.add_subcommand(
-      "bench", "Self-benchmark of tandem's kernels (GEMM at LLM layer shapes, attention prefill/decode), "
-               "with GFLOP/s and the share of this machine's measured FMA peak");
+      "bench",
+      "Self-benchmark of tandem's kernels (GEMM at LLM layer shapes, attention prefill/decode), "
+      "with GFLOP/s and the share of this machine's measured FMA peak");
   bench->add_option("-d,--device", bo.device, "Device: cpu or cuda:N")->capture_default_str();
   bench->add_option("-o,--output", bo.output, "Output format")
       ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}))
       ->capture_default_str();
-  bench->add_option("-s,--suite", bo.suite, "Comma-separated suites: gemm, attention")->capture_default_str();
+  bench->add_option("-s,--suite", bo.suite, "Comma-separated suites: gemm, attention")
+      ->capture_default_str();
   bench->add_option("-r,--repetitions", bo.repetitions, "Timed repetitions per case")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   bench->add_option("--warmup", bo.warmup, "Untimed warm-up runs per case")
       ->check(CLI::Range(0, 100))
       ->capture_default_str();
-  bench->add_option("-t,--threads", bo.threads, "CPU threads (0 = all)")->envname("TANDEM_NUM_THREADS");
+  bench->add_option("-t,--threads", bo.threads, "CPU threads (0 = all)")
+      ->envname("TANDEM_NUM_THREADS");
   bench->add_flag("--no-progress", bo.no_progress, "No progress line on stderr");
 
-  auto* version = app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
+  auto* version =
+      app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
 
   CLI11_PARSE(app, argc, argv);
   try {

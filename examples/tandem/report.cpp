@@ -9,21 +9,8 @@
 #include <cstdlib>
 
 #include "tandem/core/backend.h"
-#include "tandem/version.h"
 
 namespace tandem::cli {
-
-nlohmann::json build_json() {
-  nlohmann::json backends = nlohmann::json::array({"cpu"});
-  if (TANDEM_WITH_CUDA_MODULE) backends.push_back("cuda");
-  return {{"version", TANDEM_VERSION_STRING},
-          {"git_commit", TANDEM_GIT_COMMIT},
-          {"compiler", TANDEM_COMPILER},
-          {"build_type", TANDEM_BUILD_TYPE},
-          {"backends_compiled", backends},
-          {"onednn", TANDEM_WITH_DNNL == 1},
-          {"openblas", TANDEM_WITH_OPENBLAS == 1}};
-}
 
 nlohmann::json system_json() {
   auto& reg = BackendRegistry::global();
@@ -37,12 +24,16 @@ nlohmann::json system_json() {
                        {"features", info.features}});
   }
   nlohmann::json env = nlohmann::json::object();
-  for (const char* var : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TANDEM_NUM_THREADS"}) {
+  for (const char* var :
+       {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TANDEM_NUM_THREADS"}) {
     if (const char* v = std::getenv(var)) env[var] = v;
   }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  return {{"hostname", host}, {"devices", devices}, {"cpu_threads_used", cpu_num_threads()}, {"env", env}};
+  return {{"hostname", host},
+          {"devices", devices},
+          {"cpu_threads_used", cpu_num_threads()},
+          {"env", env}};
 }
 
 SampleStats stats_of(std::vector<double> v) {

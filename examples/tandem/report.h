@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// What every machine-readable record of the tool carries: build and system descriptions, and sample
-// statistics; plus the stderr progress line (only on a terminal).
+// What every machine-readable record of the tool carries besides build_info_json(): the system
+// description, sample statistics; plus the stderr progress line (only on a terminal).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -9,7 +9,6 @@
 
 namespace tandem::cli {
 
-nlohmann::json build_json();   // version, git commit, compiler, build type, compiled backends
 nlohmann::json system_json();  // CPU model, features, threads, memory, GPUs, OPENBLAS_* environment
 
 struct SampleStats {

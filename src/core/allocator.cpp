@@ -37,7 +37,9 @@ MemoryStats Allocator::stats() const {
   return s;
 }
 
-void Allocator::reset_peak() { peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void Allocator::reset_peak() {
+  peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 Allocator& allocator(Device device) {
   auto& b = BackendRegistry::global().get(device);

@@ -41,7 +41,8 @@ void load_default_modules(BackendRegistry& reg) {
 
 BackendRegistry& BackendRegistry::global() {
   static BackendRegistry* reg = [] {
-    auto* r = new BackendRegistry();  // leaked: backends must outlive every static that holds tensors
+    auto* r =
+        new BackendRegistry();  // leaked: backends must outlive every static that holds tensors
     r->add(make_cpu_backend());
     load_default_modules(*r);
     return r;
@@ -71,7 +72,8 @@ Backend* BackendRegistry::find(DeviceType type) const {
 Backend& BackendRegistry::get(Device device) const {
   Backend* b = find(device.type);
   if (!b) {
-    std::string why = cat("no ", device_type_name(device.type), " backend in this build or process");
+    std::string why =
+        cat("no ", device_type_name(device.type), " backend in this build or process");
     std::lock_guard lk(mu_);
     for (auto& e : load_errors_) why += cat("; ", e);
     throw NotFound(cat("device ", device.to_string(), ": ", why));
@@ -118,7 +120,8 @@ bool BackendRegistry::load_module(const std::string& path, std::string* error) {
   try {
     std::unique_ptr<Backend> backend(create());
     if (!backend) return fail(cat("backend module ", path, " returned no backend"));
-    log().debug("loaded backend '{}' from {} ({} devices)", backend->name(), path, backend->device_count());
+    log().debug("loaded backend '{}' from {} ({} devices)", backend->name(), path,
+                backend->device_count());
     add(std::move(backend));
   } catch (const std::exception& e) {
     return fail(cat("backend module ", path, " failed to start: ", e.what()));

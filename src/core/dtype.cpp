@@ -15,7 +15,8 @@ constexpr std::array<std::string_view, kNumDTypes> kNames = {
 int64_t dtype_row_bytes(DType t, int64_t n) {
   const int64_t block = dtype_block_size(t);
   if (n < 0 || n % block != 0)
-    throw InvalidArgument(cat(n, " elements of ", dtype_name(t), " is not a multiple of its block size ", block));
+    throw InvalidArgument(
+        cat(n, " elements of ", dtype_name(t), " is not a multiple of its block size ", block));
   return n / block * dtype_block_bytes(t);
 }
 
@@ -27,7 +28,8 @@ std::string_view dtype_name(DType t) {
 DType parse_dtype(std::string_view name) {
   for (size_t i = 0; i < kNames.size(); ++i)
     if (kNames[i] == name) return static_cast<DType>(i);
-  throw InvalidArgument(cat("unknown dtype '", name, "' (expected f32, f16, bf16, i8, u8, u4, i32, i64, q8_0, "
+  throw InvalidArgument(cat("unknown dtype '", name,
+                            "' (expected f32, f16, bf16, i8, u8, u4, i32, i64, q8_0, "
                             "q4_0 or q4_1)"));
 }
 

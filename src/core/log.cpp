@@ -32,7 +32,8 @@ spdlog::logger& log() {
 void set_log_level(std::string_view level) {
   const auto lvl = spdlog::level::from_str(std::string(level));
   if (lvl == spdlog::level::off && level != "off")
-    throw InvalidArgument(cat("unknown log level '", level, "' (trace, debug, info, warn, error, critical, off)"));
+    throw InvalidArgument(
+        cat("unknown log level '", level, "' (trace, debug, info, warn, error, critical, off)"));
   log().set_level(lvl);
 }
 

@@ -26,8 +26,8 @@ void need_defined(const Tensor& t, const char* op, const char* name) {
 void same_device(const char* op, const Tensor& ref, std::initializer_list<const Tensor*> others) {
   for (const Tensor* t : others) {
     if (t && t->defined() && !(t->device() == ref.device()))
-      throw InvalidArgument(cat(op, ": tensors on different devices (", t->device().to_string(), " and ",
-                                ref.device().to_string(), ")"));
+      throw InvalidArgument(cat(op, ": tensors on different devices (", t->device().to_string(),
+                                " and ", ref.device().to_string(), ")"));
   }
 }
 
@@ -52,8 +52,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stre
   need_defined(b, op, "b");
   need_defined(c, op, "c");
   same_device(op, c, {&a, &b});
-  need(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
-       cat("expects rank-2 tensors, got ", a.to_string(), ", ", b.to_string(), ", ", c.to_string()));
+  need(
+      a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
+      cat("expects rank-2 tensors, got ", a.to_string(), ", ", b.to_string(), ", ", c.to_string()));
   need_f32(a, op, "a");
   need_f32(c, op, "c");
   need(is_weight_dtype(b.dtype()), op, cat("unsupported b dtype ", dtype_name(b.dtype())));
@@ -65,8 +66,8 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stre
   const int64_t m = p.trans_a ? a.size(1) : a.size(0), k = p.trans_a ? a.size(0) : a.size(1);
   const int64_t kb = p.trans_b ? b.size(1) : b.size(0), n = p.trans_b ? b.size(0) : b.size(1);
   need(k == kb && c.size(0) == m && c.size(1) == n, op,
-       cat("shape mismatch: a ", a.shape().to_string(), (p.trans_a ? "^T" : ""), ", b ", b.shape().to_string(),
-           (p.trans_b ? "^T" : ""), ", c ", c.shape().to_string()));
+       cat("shape mismatch: a ", a.shape().to_string(), (p.trans_a ? "^T" : ""), ", b ",
+           b.shape().to_string(), (p.trans_b ? "^T" : ""), ", c ", c.shape().to_string()));
   kernels_for(c).gemm(a, b, c, p, s);
 }
 
@@ -76,7 +77,8 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams&
   need_defined(b, op, "b");
   need_defined(c, op, "c");
   same_device(op, c, {&a, &b});
-  need(a.rank() == 3 && b.rank() == 3 && c.rank() == 3, op, "expects rank-3 tensors [B, rows, cols]");
+  need(a.rank() == 3 && b.rank() == 3 && c.rank() == 3, op,
+       "expects rank-3 tensors [B, rows, cols]");
   need_f32(a, op, "a");
   need_f32(b, op, "b");
   need_f32(c, op, "c");
@@ -85,7 +87,9 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams&
   need_contig(c, op, "c");
   const int64_t m = p.trans_a ? a.size(2) : a.size(1), k = p.trans_a ? a.size(1) : a.size(2);
   const int64_t kb = p.trans_b ? b.size(2) : b.size(1), n = p.trans_b ? b.size(1) : b.size(2);
-  need(a.size(0) == b.size(0) && a.size(0) == c.size(0) && k == kb && c.size(1) == m && c.size(2) == n, op,
+  need(a.size(0) == b.size(0) && a.size(0) == c.size(0) && k == kb && c.size(1) == m &&
+           c.size(2) == n,
+       op,
        cat("shape mismatch: a ", a.shape().to_string(), ", b ", b.shape().to_string(), ", c ",
            c.shape().to_string()));
   kernels_for(c).batched_gemm(a, b, c, p, s);
@@ -100,7 +104,8 @@ void same_shape_f32(const char* op, const Tensor& x, const Tensor& y) {
   need_f32(y, op, "y");
   need_contig(x, op, "x");
   need_contig(y, op, "y");
-  need(x.shape() == y.shape(), op, cat("x ", x.shape().to_string(), " and y ", y.shape().to_string(), " differ"));
+  need(x.shape() == y.shape(), op,
+       cat("x ", x.shape().to_string(), " and y ", y.shape().to_string(), " differ"));
 }
 }  // namespace
 
@@ -118,20 +123,22 @@ void rms_norm(const Tensor& x, const Tensor& weight, Tensor& y, const NormParams
   need_f32(weight, op, "weight");
   need_contig(weight, op, "weight");
   need(x.rank() >= 1 && weight.rank() == 1 && weight.size(0) == x.size(-1), op,
-       cat("weight ", weight.shape().to_string(), " does not match the last dim of ", x.shape().to_string()));
+       cat("weight ", weight.shape().to_string(), " does not match the last dim of ",
+           x.shape().to_string()));
   need(p.eps >= 0, op, "eps must be >= 0");
   kernels_for(y).rms_norm(x, weight, y, p, s);
 }
 
-void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y, const NormParams& p,
-                Stream* s) {
+void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
+                const NormParams& p, Stream* s) {
   const char* op = "layer_norm";
   same_shape_f32(op, x, y);
   need_defined(weight, op, "weight");
   same_device(op, y, {&weight, &bias});
   need_f32(weight, op, "weight");
   need(x.rank() >= 1 && weight.rank() == 1 && weight.size(0) == x.size(-1), op,
-       cat("weight ", weight.shape().to_string(), " does not match the last dim of ", x.shape().to_string()));
+       cat("weight ", weight.shape().to_string(), " does not match the last dim of ",
+           x.shape().to_string()));
   if (bias.defined()) {
     need_f32(bias, op, "bias");
     need(bias.shape() == weight.shape(), op, "bias and weight shapes differ");
@@ -146,10 +153,11 @@ void rope(const Tensor& x, const Tensor& positions, Tensor& y, const RopeParams&
   need_defined(positions, op, "positions");
   same_device(op, y, {&positions});
   need(x.rank() == 3, op, cat("x must be [T, H, D], got ", x.shape().to_string()));
-  need(positions.dtype() == DType::kI32 && positions.rank() == 1 && positions.size(0) == x.size(0), op,
-       cat("positions must be i32 [", x.size(0), "], got ", positions.to_string()));
+  need(positions.dtype() == DType::kI32 && positions.rank() == 1 && positions.size(0) == x.size(0),
+       op, cat("positions must be i32 [", x.size(0), "], got ", positions.to_string()));
   const int64_t rd = p.rotary_dim < 0 ? x.size(2) : p.rotary_dim;
-  need(rd % 2 == 0 && rd <= x.size(2), op, cat("rotary_dim ", rd, " must be even and <= head dim ", x.size(2)));
+  need(rd % 2 == 0 && rd <= x.size(2), op,
+       cat("rotary_dim ", rd, " must be even and <= head dim ", x.size(2)));
   need(p.theta > 0, op, "theta must be > 0");
   kernels_for(y).rope(x, positions, y, p, s);
 }
@@ -171,7 +179,8 @@ void binary(BinaryOp o, const Tensor& a, const Tensor& b, Tensor& y, Stream* s) 
     ok = true;
     for (int i = 1; i <= b.rank(); ++i) ok = ok && b.size(-i) == a.size(-i);
   }
-  need(ok, op, cat("b ", b.shape().to_string(), " does not broadcast to a ", a.shape().to_string()));
+  need(ok, op,
+       cat("b ", b.shape().to_string(), " does not broadcast to a ", a.shape().to_string()));
   kernels_for(y).binary(o, a, b, y, s);
 }
 
@@ -181,7 +190,8 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) {
   need_defined(ids, op, "ids");
   need_defined(out, op, "out");
   same_device(op, out, {&table, &ids});
-  need(is_weight_dtype(table.dtype()), op, cat("unsupported table dtype ", dtype_name(table.dtype())));
+  need(is_weight_dtype(table.dtype()), op,
+       cat("unsupported table dtype ", dtype_name(table.dtype())));
   need(table.rank() == 2 && ids.rank() == 1 && ids.dtype() == DType::kI32, op,
        cat("expects table [V, D] and i32 ids [T], got ", table.to_string(), ", ", ids.to_string()));
   need_f32(out, op, "out");
@@ -193,8 +203,8 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) {
   kernels_for(out).embedding(table, ids, out, s);
 }
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, const AttentionParams& p,
-               Tensor* probs, Stream* s) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+               const AttentionParams& p, Tensor* probs, Stream* s) {
   const char* op = "attention";
   for (auto [t, n] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
     need_defined(*t, op, n);
@@ -210,15 +220,18 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, c
   need(out.size(0) == tq && out.size(1) == hq && out.size(2) == v.size(2), op,
        cat("out must be [", tq, ", ", hq, ", ", v.size(2), "], got ", out.shape().to_string()));
   const int64_t q_offset = p.q_offset < 0 ? tk - tq : p.q_offset;
-  need(!p.causal || q_offset >= 0, op, cat("causal attention with more queries (", tq, ") than keys (", tk, ")"));
-  for (int64_t r : p.prob_rows) need(r >= 0 && r < tq, op, cat("prob row ", r, " outside [0, ", tq, ")"));
+  need(!p.causal || q_offset >= 0, op,
+       cat("causal attention with more queries (", tq, ") than keys (", tk, ")"));
+  for (int64_t r : p.prob_rows)
+    need(r >= 0 && r < tq, op, cat("prob row ", r, " outside [0, ", tq, ")"));
   if (!p.prob_rows.empty()) {
     need(probs && probs->defined(), op, "prob_rows given but no probs tensor");
     same_device(op, out, {probs});
     need_f32(*probs, op, "probs");
     need_contig(*probs, op, "probs");
     need(probs->shape() == Shape{hq, static_cast<int64_t>(p.prob_rows.size()), tk}, op,
-         cat("probs must be [", hq, ", ", p.prob_rows.size(), ", ", tk, "], got ", probs->shape().to_string()));
+         cat("probs must be [", hq, ", ", p.prob_rows.size(), ", ", tk, "], got ",
+             probs->shape().to_string()));
   }
   AttentionParams resolved = p;
   resolved.q_offset = q_offset;
@@ -228,19 +241,23 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, c
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   const char* op = "conv2d";
-  need(x.rank() == 4 && w.rank() == 4, op, cat("x must be NCHW and w OIHW, got ", x.to_string(), ", ", w.to_string()));
+  need(x.rank() == 4 && w.rank() == 4, op,
+       cat("x must be NCHW and w OIHW, got ", x.to_string(), ", ", w.to_string()));
   need(p.groups >= 1 && x[1] % p.groups == 0 && w[0] % p.groups == 0 && w[1] * p.groups == x[1], op,
        cat("channels ", x[1], " / weight ", w.to_string(), " do not match groups ", p.groups));
   need(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1, op,
        "stride and dilation must be >= 1");
-  need(p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 && p.pad_right >= 0, op, "negative padding");
+  need(p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 && p.pad_right >= 0, op,
+       "negative padding");
   const int64_t eff_h = (w[2] - 1) * p.dilation_h + 1, eff_w = (w[3] - 1) * p.dilation_w + 1;
   const int64_t ih = x[2] + p.pad_top + p.pad_bottom, iw = x[3] + p.pad_left + p.pad_right;
-  need(ih >= eff_h && iw >= eff_w, op, cat("kernel ", w.to_string(), " larger than padded input ", x.to_string()));
+  need(ih >= eff_h && iw >= eff_w, op,
+       cat("kernel ", w.to_string(), " larger than padded input ", x.to_string()));
   return Shape{x[0], w[0], (ih - eff_h) / p.stride_h + 1, (iw - eff_w) / p.stride_w + 1};
 }
 
-void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dParams& p, Stream* s) {
+void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dParams& p,
+            Stream* s) {
   const char* op = "conv2d";
   need_defined(x, op, "x");
   need_defined(w, op, "w");
@@ -251,7 +268,8 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, con
     need_contig(*t, op, n);
   }
   const Shape expect = conv2d_output_shape(x.shape(), w.shape(), p);
-  need(y.shape() == expect, op, cat("y must be ", expect.to_string(), ", got ", y.shape().to_string()));
+  need(y.shape() == expect, op,
+       cat("y must be ", expect.to_string(), ", got ", y.shape().to_string()));
   if (bias.defined()) {
     need_f32(bias, op, "bias");
     need(bias.rank() == 1 && bias.size(0) == w.size(0), op, cat("bias must be [", w.size(0), "]"));

@@ -6,18 +6,21 @@
 namespace tandem {
 
 Shape::Shape(std::initializer_list<int64_t> dims) {
-  if (dims.size() > kMaxRank) throw InvalidArgument(cat("Shape: rank ", dims.size(), " > ", kMaxRank));
+  if (dims.size() > kMaxRank)
+    throw InvalidArgument(cat("Shape: rank ", dims.size(), " > ", kMaxRank));
   for (int64_t d : dims) push_back(d);
 }
 
 Shape::Shape(const std::vector<int64_t>& dims) {
-  if (dims.size() > kMaxRank) throw InvalidArgument(cat("Shape: rank ", dims.size(), " > ", kMaxRank));
+  if (dims.size() > kMaxRank)
+    throw InvalidArgument(cat("Shape: rank ", dims.size(), " > ", kMaxRank));
   for (int64_t d : dims) push_back(d);
 }
 
 int Shape::norm(int i) const {
   const int j = i < 0 ? i + rank_ : i;
-  if (j < 0 || j >= rank_) throw InvalidArgument(cat("dimension ", i, " out of range for rank ", rank_));
+  if (j < 0 || j >= rank_)
+    throw InvalidArgument(cat("dimension ", i, " out of range for rank ", rank_));
   return j;
 }
 

@@ -10,7 +10,8 @@
 
 namespace tandem {
 
-// ---------------------------------------------------------------------------------------------- Buffer
+// ----------------------------------------------------------------------------------------------
+// Buffer
 
 Buffer::Buffer(Device device, size_t bytes, size_t alignment) : device_(device), bytes_(bytes) {
   allocator_ = &allocator(device);
@@ -28,7 +29,8 @@ Buffer::~Buffer() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------- Tensor
+// ----------------------------------------------------------------------------------------------
+// Tensor
 
 namespace {
 
@@ -49,7 +51,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.shape_ = shape;
   t.strides_ = shape.contiguous_strides();
   t.dtype_ = dtype;
-  t.buffer_ = std::make_shared<Buffer>(device, static_cast<size_t>(dtype_row_bytes(dtype, shape.numel())));
+  t.buffer_ =
+      std::make_shared<Buffer>(device, static_cast<size_t>(dtype_row_bytes(dtype, shape.numel())));
   return t;
 }
 
@@ -73,7 +76,8 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device dev
   t.strides_ = shape.contiguous_strides();
   t.dtype_ = dtype;
   const auto bytes = static_cast<size_t>(dtype_row_bytes(dtype, shape.numel()));
-  t.buffer_ = std::make_shared<Buffer>(device, data, bytes, [keep = std::move(keep_alive)](void*) {});
+  t.buffer_ =
+      std::make_shared<Buffer>(device, data, bytes, [keep = std::move(keep_alive)](void*) {});
   return t;
 }
 
@@ -99,15 +103,16 @@ int64_t Tensor::element_offset_bytes(int dim, int64_t index) const {
   const int64_t elems = strides_[dim] * index;
   const int64_t block = dtype_block_size(dtype_);
   if (elems % block != 0)
-    throw InvalidArgument(cat("view of a ", dtype_name(dtype_), " tensor must start on a block boundary (",
-                              block, " elements)"));
+    throw InvalidArgument(cat("view of a ", dtype_name(dtype_),
+                              " tensor must start on a block boundary (", block, " elements)"));
   return elems / block * dtype_block_bytes(dtype_);
 }
 
 Tensor Tensor::slice(int dim, int64_t start, int64_t end) const {
   const int d = shape_.norm(dim);
   if (start < 0 || end < start || end > shape_[d])
-    throw InvalidArgument(cat("slice [", start, ", ", end, ") out of range for dim ", d, " of ", to_string()));
+    throw InvalidArgument(
+        cat("slice [", start, ", ", end, ") out of range for dim ", d, " of ", to_string()));
   Tensor t = *this;
   if (dtype_is_blocked(dtype_) && d == rank() - 1 &&
       ((end - start) % dtype_block_size(dtype_) != 0))
@@ -121,9 +126,11 @@ Tensor Tensor::slice(int dim, int64_t start, int64_t end) const {
 Tensor Tensor::select(int dim, int64_t index) const {
   const int d = shape_.norm(dim);
   if (index < 0 || index >= shape_[d])
-    throw InvalidArgument(cat("select index ", index, " out of range for dim ", d, " of ", to_string()));
+    throw InvalidArgument(
+        cat("select index ", index, " out of range for dim ", d, " of ", to_string()));
   if (dtype_is_blocked(dtype_) && d == rank() - 1)
-    throw InvalidArgument(cat("cannot select within the last dimension of a ", dtype_name(dtype_), " tensor"));
+    throw InvalidArgument(
+        cat("cannot select within the last dimension of a ", dtype_name(dtype_), " tensor"));
   Tensor t = *this;
   t.offset_ += element_offset_bytes(d, index);
   Shape s, st;
@@ -152,14 +159,16 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> dims) const {
   }
   if (infer >= 0) {
     if (known == 0 || numel() % known != 0)
-      throw InvalidArgument(cat("reshape ", shape_.to_string(), ": cannot infer -1 from ", numel(), " elements"));
+      throw InvalidArgument(
+          cat("reshape ", shape_.to_string(), ": cannot infer -1 from ", numel(), " elements"));
     d[infer] = numel() / known;
   }
   return reshape(Shape(d));
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
-  if (!is_contiguous()) throw InvalidArgument(cat("reshape of a non-contiguous tensor ", to_string()));
+  if (!is_contiguous())
+    throw InvalidArgument(cat("reshape of a non-contiguous tensor ", to_string()));
   if (shape.numel() != numel())
     throw InvalidArgument(cat("reshape ", shape_.to_string(), " to ", shape.to_string()));
   check_blocked_shape(shape, dtype_);
@@ -189,8 +198,10 @@ Tensor Tensor::permute(const std::vector<int>& order) const {
     s.push_back(shape_[d]);
     st.push_back(strides_[d]);
   }
-  if (dtype_is_blocked(dtype_) && order.back() != rank() - 1 && shape_.norm(order.back()) != rank() - 1)
-    throw InvalidArgument(cat("permute must keep the last dimension of a ", dtype_name(dtype_), " tensor"));
+  if (dtype_is_blocked(dtype_) && order.back() != rank() - 1 &&
+      shape_.norm(order.back()) != rank() - 1)
+    throw InvalidArgument(
+        cat("permute must keep the last dimension of a ", dtype_name(dtype_), " tensor"));
   t.shape_ = s;
   t.strides_ = st;
   return t;
@@ -223,7 +234,8 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape_, dtype_, device());
-  // convert() accepts a strided source and a contiguous destination of the same dtype: a strided copy.
+  // convert() accepts a strided source and a contiguous destination of the same dtype: a strided
+  // copy.
   BackendRegistry::global().get(device()).kernels().convert(*this, out, nullptr);
   return out;
 }
@@ -289,7 +301,8 @@ std::vector<float> Tensor::to_float_vector() const {
 
 std::string Tensor::to_string() const {
   if (!defined()) return "Tensor(undefined)";
-  return cat("Tensor(", dtype_name(dtype_), ", ", shape_.to_string(), ", ", device().to_string(), ")");
+  return cat("Tensor(", dtype_name(dtype_), ", ", shape_.to_string(), ", ", device().to_string(),
+             ")");
 }
 
 }  // namespace tandem

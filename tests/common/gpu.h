@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU tests skip where no usable CUDA device exists; TANDEM_REQUIRE_GPU=1 turns those skips into failures
-// (for runs on a GPU machine, where a broken driver must not pass as green).
+// GPU tests skip where no usable CUDA device exists; TANDEM_REQUIRE_GPU=1 turns those skips into
+// failures (for runs on a GPU machine, where a broken driver must not pass as green).
 //
 //   TEST(Cuda, Gemm) { TANDEM_REQUIRE_CUDA_OR_SKIP(); ... }
 #pragma once
@@ -21,7 +21,8 @@ inline bool gpu_available(std::string* why) {
   if (!b) {
     std::string msg = "CUDA backend not loaded";
     for (auto& e : reg.load_errors()) msg += ": " + e;
-    if (reg.load_errors().empty()) msg += " (built with TANDEM_CUDA=OFF, or libtandem_cuda.so not found)";
+    if (reg.load_errors().empty())
+      msg += " (built with TANDEM_CUDA=OFF, or libtandem_cuda.so not found)";
     *why = msg;
     return false;
   }
@@ -39,11 +40,11 @@ inline bool gpu_required() {
 
 }  // namespace tandem::testing
 
-#define TANDEM_REQUIRE_CUDA_OR_SKIP()                                            \
-  do {                                                                          \
-    std::string tandem_why_;                                                    \
-    if (!::tandem::testing::gpu_available(&tandem_why_)) {                      \
+#define TANDEM_REQUIRE_CUDA_OR_SKIP()                                                           \
+  do {                                                                                          \
+    std::string tandem_why_;                                                                    \
+    if (!::tandem::testing::gpu_available(&tandem_why_)) {                                      \
       if (::tandem::testing::gpu_required()) FAIL() << "TANDEM_REQUIRE_GPU=1: " << tandem_why_; \
-      GTEST_SKIP() << tandem_why_;                                              \
-    }                                                                           \
+      GTEST_SKIP() << tandem_why_;                                                              \
+    }                                                                                           \
   } while (0)

@@ -33,13 +33,13 @@ TEST(DType, NamesRoundTrip) {
 TEST(DType, HalfExactValuesAndSpecials) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
-  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);                  // largest finite half
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                  // rounds to inf
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);  // largest finite half
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds to inf
   EXPECT_EQ(f32_to_f16(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(std::nanf("")))));
-  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);     // below half of the smallest: to zero
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);  // below half of the smallest: to zero
   EXPECT_EQ(f16_to_f32(0x8000), -0.0f);
   // Ties round to even: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10.
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU Stream/Event semantics and a concurrency stress test (also run under ThreadSanitizer in CI when time
-// allows). No timing assertions: only ordering and completeness.
+// CPU Stream/Event semantics and a concurrency stress test (also run under ThreadSanitizer in CI
+// when time allows). No timing assertions: only ordering and completeness.
 #include "tandem/core/stream.h"
 
 #include <gtest/gtest.h>
@@ -101,8 +101,8 @@ TEST(CpuStream, RecordingARecordedEventRearmsIt) {
   EXPECT_TRUE(ev->query());
 }
 
-// Many streams, many submitting threads, a chain of cross-stream event dependencies: every item runs exactly
-// once, per-stream order holds, and every dependency is respected.
+// Many streams, many submitting threads, a chain of cross-stream event dependencies: every item
+// runs exactly once, per-stream order holds, and every dependency is respected.
 TEST(CpuStream, StressManyStreamsAndCrossDependencies) {
   constexpr int kStreams = 64, kItems = 200;
   std::vector<std::unique_ptr<Stream>> streams;
@@ -114,7 +114,8 @@ TEST(CpuStream, StressManyStreamsAndCrossDependencies) {
   std::vector<std::atomic<int>> progress(kStreams);
   std::atomic<int> violations{0};
   std::vector<std::thread> submitters;
-  std::mutex chain_mu;  // stream i waits on stream i-1's event: record/wait pairs are issued in order
+  std::mutex
+      chain_mu;  // stream i waits on stream i-1's event: record/wait pairs are issued in order
   for (int t = 0; t < 4; ++t) {
     submitters.emplace_back([&, t] {
       for (int i = t; i < kStreams; i += 4) {

@@ -36,7 +36,8 @@ TEST(Tensor, ZerosAndFromVector) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(z.data<int32_t>()[i], 0);
   auto t = iota_f32({2, 2});
   EXPECT_EQ(t.data<float>()[3], 3.0f);
-  EXPECT_THROW(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}, DType::kF32), ContractError);
+  EXPECT_THROW(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}, DType::kF32),
+               ContractError);
   EXPECT_THROW(t.data<uint16_t>(), ContractError);
 }
 

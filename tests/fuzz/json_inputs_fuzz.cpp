@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzz target for tandem's JSON readers (ClusterSpec, DeviceProfile, LinkProfile, Graph). Any input must
-// either parse or raise a tandem::Error; anything else escaping (another exception type, a crash, a sanitizer
-// report) is a bug. Built as a libFuzzer binary with clang (scripts/fuzz.sh) and, everywhere, as a replay
-// test over tests/fuzz/corpus/json.
+// Fuzz target for tandem's JSON readers (ClusterSpec, DeviceProfile, LinkProfile, Graph). Any input
+// must either parse or raise a tandem::Error; anything else escaping (another exception type, a
+// crash, a sanitizer report) is a bug. Built as a libFuzzer binary with clang (scripts/fuzz.sh)
+// and, everywhere, as a replay test over tests/fuzz/corpus/json.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Replays fuzz corpora through a fuzz target without libFuzzer: every file under each argument (a file or a
-// folder) is fed to LLVMFuzzerTestOneInput. Exit 0 when all inputs ran; a crash or an escaped exception
-// fails the test with the input's name on stderr.
+// Replays fuzz corpora through a fuzz target without libFuzzer: every file under each argument (a
+// file or a folder) is fed to LLVMFuzzerTestOneInput. Exit 0 when all inputs ran; a crash or an
+// escaped exception fails the test with the input's name on stderr.
 #include <cstdint>
 #include <cstdio>
 #include <exception>

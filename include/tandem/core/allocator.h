@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Allocator: device memory with byte accounting. Every tensor buffer is obtained here, so the current and
-// peak bytes per device are measured facts (memory claims in tandem come from these counters).
+// Allocator: device memory with byte accounting. Every tensor buffer is obtained here, so the
+// current and peak bytes per device are measured facts (memory claims in tandem come from these
+// counters).
 //
 //   auto& a = tandem::allocator(tandem::Device::cpu());
 //   a.reset_peak();

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Backend: one kind of device (CPU, CUDA) with its allocators, streams, copies and op kernels.
 // BackendRegistry: the backends of this process. Registration is explicit: the first call to
-// BackendRegistry::global() registers the CPU backend (always present) and tries to load the CUDA module
-// (libtandem_cuda.so next to libtandem.so, or the path in TANDEM_BACKEND_PATH). A missing or unusable
-// module is recorded in load_errors() and the process goes on with the CPU.
+// BackendRegistry::global() registers the CPU backend (always present) and tries to load the CUDA
+// module (libtandem_cuda.so next to libtandem.so, or the path in TANDEM_BACKEND_PATH). A missing or
+// unusable module is recorded in load_errors() and the process goes on with the CPU.
 //
 //   auto& reg = tandem::BackendRegistry::global();
 //   for (auto& d : reg.devices()) fmt::print("{}\n", reg.get(d).device_info(d.index).name);
@@ -27,10 +27,10 @@ namespace tandem {
 
 struct DeviceInfo {
   Device device;
-  std::string name;           // "AMD EPYC 9B14 (2 threads)", "NVIDIA H200"
-  int64_t memory_bytes = 0;   // total device memory (host RAM for the CPU)
-  int compute_units = 0;      // CPU threads or CUDA SMs
-  std::string features;       // "avx2 fma avx512f ..." or "sm_90, driver 13.0"
+  std::string name;          // "AMD EPYC 9B14 (2 threads)", "NVIDIA H200"
+  int64_t memory_bytes = 0;  // total device memory (host RAM for the CPU)
+  int compute_units = 0;     // CPU threads or CUDA SMs
+  std::string features;      // "avx2 fma avx512f ..." or "sm_90, driver 13.0"
 };
 
 class TANDEM_API Backend {
@@ -45,8 +45,8 @@ class TANDEM_API Backend {
   virtual Allocator& allocator(int index) = 0;
   virtual std::unique_ptr<Stream> create_stream(int index) = 0;
   virtual std::unique_ptr<Event> create_event(int index) = 0;
-  // Copies src into dst: same dtype and shape, both contiguous; one side is on this backend, the other
-  // on this backend or the CPU. Synchronous when s is nullptr, else ordered on s.
+  // Copies src into dst: same dtype and shape, both contiguous; one side is on this backend, the
+  // other on this backend or the CPU. Synchronous when s is nullptr, else ordered on s.
   virtual void copy(const Tensor& src, Tensor& dst, Stream* s) = 0;
   // Blocks until all work this backend started on the device is done.
   virtual void synchronize(int index) = 0;
@@ -68,7 +68,8 @@ class TANDEM_API BackendRegistry {
   std::vector<Device> devices() const;
   // Messages from backend modules that could not be loaded.
   std::vector<std::string> load_errors() const;
-  // Loads a backend module (a shared library exporting tandem_backend_create); false + error on failure.
+  // Loads a backend module (a shared library exporting tandem_backend_create); false + error on
+  // failure.
   bool load_module(const std::string& path, std::string* error = nullptr);
 
  private:

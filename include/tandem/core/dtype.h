@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // DType: the element types tandem tensors hold, with sizes and scalar conversions.
 //
-// Plain types (f32, f16, bf16, i8, u8, i32, i64) have one element per item. Packed and block types store
-// several elements per unit:
+// Plain types (f32, f16, bf16, i8, u8, i32, i64) have one element per item. Packed and block types
+// store several elements per unit:
 //   kU4    two unsigned 4-bit values per byte, low nibble first (KV-cache quantization codes).
-//   kQ8_0  blocks of 32: f16 scale d, 32 x int8 q;               x = d * q            (34 bytes, GGUF Q8_0)
-//   kQ4_0  blocks of 32: f16 scale d, 16 bytes of nibbles;       x = d * (q - 8)      (18 bytes, GGUF Q4_0)
-//   kQ4_1  blocks of 32: f16 scale d, f16 min m, 16 bytes;       x = d * q + m        (20 bytes, GGUF Q4_1)
+//   kQ8_0  blocks of 32: f16 scale d, 32 x int8 q;               x = d * q            (34 bytes,
+//   GGUF Q8_0) kQ4_0  blocks of 32: f16 scale d, 16 bytes of nibbles;       x = d * (q - 8) (18
+//   bytes, GGUF Q4_0) kQ4_1  blocks of 32: f16 scale d, f16 min m, 16 bytes;       x = d * q + m
+//   (20 bytes, GGUF Q4_1)
 // In Q4 blocks element i (< 16) is the low nibble of byte i and element i + 16 the high nibble.
 // Tensors of block types keep their last dimension contiguous and a multiple of the block size.
 //
@@ -32,28 +33,42 @@ inline constexpr int kQuantBlock = 32;  // elements per Q8_0 / Q4_0 / Q4_1 block
 // Elements per storage unit: 1 for plain types, 2 for kU4, 32 for the GGUF block types.
 constexpr int64_t dtype_block_size(DType t) {
   switch (t) {
-    case DType::kU4: return 2;
+    case DType::kU4:
+      return 2;
     case DType::kQ8_0:
     case DType::kQ4_0:
-    case DType::kQ4_1: return kQuantBlock;
-    default: return 1;
+    case DType::kQ4_1:
+      return kQuantBlock;
+    default:
+      return 1;
   }
 }
 
 // Bytes per storage unit.
 constexpr int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    case DType::kU4: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_0: return 18;
-    case DType::kQ4_1: return 20;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kU4:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kQ8_0:
+      return 34;
+    case DType::kQ4_0:
+      return 18;
+    case DType::kQ4_1:
+      return 20;
   }
   return 0;
 }
@@ -69,10 +84,12 @@ constexpr bool dtype_is_quantized(DType t) {
 // Bytes of n consecutive elements; throws InvalidArgument if n is not a multiple of the block size.
 TANDEM_API int64_t dtype_row_bytes(DType t, int64_t n);
 TANDEM_API std::string_view dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "i8", "u8", "u4", "i32", "i64", "q8_0", "q4_0", "q4_1"; throws InvalidArgument.
+// Parses "f32", "f16", "bf16", "i8", "u8", "u4", "i32", "i64", "q8_0", "q4_0", "q4_1"; throws
+// InvalidArgument.
 TANDEM_API DType parse_dtype(std::string_view name);
 
-// IEEE half <-> float (round to nearest even), bfloat16 <-> float (round to nearest even, NaN kept).
+// IEEE half <-> float (round to nearest even), bfloat16 <-> float (round to nearest even, NaN
+// kept).
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
@@ -136,7 +153,8 @@ inline float bf16_to_f32(uint16_t b) {
 inline uint16_t f32_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
   const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>((x + rounding) >> 16);
 }

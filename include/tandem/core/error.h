@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Errors. Expected failures raise a tandem::Error subclass whose message says what was wrong and where:
+// Errors. Expected failures raise a tandem::Error subclass whose message says what was wrong and
+// where:
 //   InvalidArgument  bad shapes, dtypes, options passed by a caller
 //   NotFound         missing file, device, backend, tensor or key
 //   ParseError       malformed file or config; carries the source and byte offset / field
@@ -26,16 +27,33 @@ class TANDEM_API Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-class TANDEM_API InvalidArgument : public Error { using Error::Error; };
-class TANDEM_API NotFound : public Error { using Error::Error; };
-class TANDEM_API Unsupported : public Error { using Error::Error; };
-class TANDEM_API Infeasible : public Error { using Error::Error; };
-class TANDEM_API OutOfMemory : public Error { using Error::Error; };
-class TANDEM_API DeviceError : public Error { using Error::Error; };
-class TANDEM_API IoError : public Error { using Error::Error; };
-class TANDEM_API ContractError : public Error { using Error::Error; };
+class TANDEM_API InvalidArgument : public Error {
+  using Error::Error;
+};
+class TANDEM_API NotFound : public Error {
+  using Error::Error;
+};
+class TANDEM_API Unsupported : public Error {
+  using Error::Error;
+};
+class TANDEM_API Infeasible : public Error {
+  using Error::Error;
+};
+class TANDEM_API OutOfMemory : public Error {
+  using Error::Error;
+};
+class TANDEM_API DeviceError : public Error {
+  using Error::Error;
+};
+class TANDEM_API IoError : public Error {
+  using Error::Error;
+};
+class TANDEM_API ContractError : public Error {
+  using Error::Error;
+};
 
-// A malformed input: `source` names the file or config, `offset` the byte offset (or -1 when not known).
+// A malformed input: `source` names the file or config, `offset` the byte offset (or -1 when not
+// known).
 class TANDEM_API ParseError : public Error {
  public:
   ParseError(const std::string& source, int64_t offset, const std::string& what);
@@ -90,8 +108,7 @@ using detail::cat;
 
 }  // namespace tandem
 
-#define TANDEM_CHECK(cond)                 \
-  if (static_cast<bool>(cond)) {           \
-  } else                                   \
-    ::tandem::detail::Thrower{} &          \
-        ::tandem::detail::CheckMessage(__FILE__, __LINE__, #cond)
+#define TANDEM_CHECK(cond)       \
+  if (static_cast<bool>(cond)) { \
+  } else                         \
+    ::tandem::detail::Thrower{} & ::tandem::detail::CheckMessage(__FILE__, __LINE__, #cond)

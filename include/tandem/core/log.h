@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The library's one logger, spdlog "tandem", writing to stderr (the library never prints to stdout).
-// Level from TANDEM_LOG_LEVEL (trace, debug, info, warn, error, off; default warn) or set_log_level().
+// The library's one logger, spdlog "tandem", writing to stderr (the library never prints to
+// stdout). Level from TANDEM_LOG_LEVEL (trace, debug, info, warn, error, off; default warn) or
+// set_log_level().
 //
 //   tandem::log().info("loaded {} tensors from {}", n, path);
 #pragma once

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Shape: up to kMaxRank dimensions (int64), stored inline. Also used for strides, counted in elements.
+// Shape: up to kMaxRank dimensions (int64), stored inline. Also used for strides, counted in
+// elements.
 //
 //   tandem::Shape s{2, 3, 4};
 //   s.numel();            // 24
@@ -25,7 +26,8 @@ class TANDEM_API Shape {
   explicit Shape(const std::vector<int64_t>& dims);
 
   int rank() const { return rank_; }
-  // Negative indices count from the end (-1 is the last dimension). Throws InvalidArgument if out of range.
+  // Negative indices count from the end (-1 is the last dimension). Throws InvalidArgument if out
+  // of range.
   int64_t operator[](int i) const { return dims_[norm(i)]; }
   int64_t& operator[](int i) { return dims_[norm(i)]; }
   int64_t numel() const;

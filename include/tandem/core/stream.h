@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Stream and Event: in-order asynchronous work queues and the markers that order them.
 //
-// A Stream runs what is submitted to it in submission order, asynchronously to the caller. On the CPU it is
-// a serial queue whose items are executed by a shared pool of worker threads (a stream occupies a worker only
-// while it has runnable work, so thousands of streams are cheap). On CUDA it is a cudaStream_t.
-// An Event is recorded on a stream and completes when everything submitted before the record has run;
-// another stream can wait() on it without blocking the host, and the host can synchronize() on it.
+// A Stream runs what is submitted to it in submission order, asynchronously to the caller. On the
+// CPU it is a serial queue whose items are executed by a shared pool of worker threads (a stream
+// occupies a worker only while it has runnable work, so thousands of streams are cheap). On CUDA it
+// is a cudaStream_t. An Event is recorded on a stream and completes when everything submitted
+// before the record has run; another stream can wait() on it without blocking the host, and the
+// host can synchronize() on it.
 //
 //   auto s1 = tandem::create_stream(tandem::Device::cpu());
 //   auto s2 = tandem::create_stream(tandem::Device::cpu());
@@ -47,10 +48,11 @@ class TANDEM_API Stream {
   virtual void launch(std::function<void()> fn) = 0;
   // Marks the current end of the queue on `event`.
   virtual void record(Event& event) = 0;
-  // Later work of this stream starts only after `event`'s last record completed. Does not block the caller.
+  // Later work of this stream starts only after `event`'s last record completed. Does not block the
+  // caller.
   virtual void wait(Event& event) = 0;
-  // Blocks until all submitted work has run; re-throws the first error a host function raised since the
-  // last synchronize().
+  // Blocks until all submitted work has run; re-throws the first error a host function raised since
+  // the last synchronize().
   virtual void synchronize() = 0;
   // cudaStream_t for CUDA streams, nullptr for CPU streams.
   virtual void* native_handle() const { return nullptr; }

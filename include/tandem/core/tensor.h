@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tensor: an owning view = shared Buffer + byte offset + shape + strides (in elements) + dtype.
 // Views (slice, reshape of contiguous tensors, transpose, permute) share the buffer and never copy;
-// contiguous() and to() copy. Block-quantized dtypes (see dtype.h) keep the last dimension contiguous.
+// contiguous() and to() copy. Block-quantized dtypes (see dtype.h) keep the last dimension
+// contiguous.
 //
 //   auto x = tandem::Tensor::empty({4, 8}, tandem::DType::kF32);          // on the CPU
 //   auto rows = x.slice(0, 1, 3);                                          // [2, 8] view
@@ -9,8 +10,8 @@
 //   auto g = x.to(tandem::Device::cuda(0));                                 // copy to a GPU
 //   float* p = x.data<float>();
 //
-// Thread-safety: a Tensor is a value; distinct Tensors may be used from distinct threads. Writing the same
-// memory from two threads is a data race, as for any buffer.
+// Thread-safety: a Tensor is a value; distinct Tensors may be used from distinct threads. Writing
+// the same memory from two threads is a data race, as for any buffer.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +33,9 @@ namespace tandem {
 class Allocator;
 class Stream;
 
-// A contiguous allocation on one device. Frees itself through its allocator, or through a caller-supplied
-// deleter when it wraps external memory (an mmap'd model file, a pinned host block).
+// A contiguous allocation on one device. Frees itself through its allocator, or through a
+// caller-supplied deleter when it wraps external memory (an mmap'd model file, a pinned host
+// block).
 class TANDEM_API Buffer {
  public:
   Buffer(Device device, size_t bytes, size_t alignment = 64);  // allocates via allocator(device)
@@ -61,10 +63,13 @@ class TANDEM_API Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
-  // Wraps external memory without copying. `keep_alive` (may be null) is held as long as the tensor lives.
-  static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = Device::cpu(),
+  // Wraps external memory without copying. `keep_alive` (may be null) is held as long as the tensor
+  // lives.
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                          Device device = Device::cpu(),
                           std::shared_ptr<void> keep_alive = nullptr);
-  // CPU tensor from host values (copies); T must match dtype's storage (float, uint16_t, int8_t, int32_t...).
+  // CPU tensor from host values (copies); T must match dtype's storage (float, uint16_t, int8_t,
+  // int32_t...).
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, DType dtype);
 
@@ -86,16 +91,18 @@ class TANDEM_API Tensor {
   // Typed host-side pointer; checks that sizeof(T) matches the dtype's storage unit.
   template <class T>
   T* data() const {
-    TANDEM_CHECK(sizeof(T) == static_cast<size_t>(dtype_block_bytes(dtype_)) && !dtype_is_blocked(dtype_))
+    TANDEM_CHECK(sizeof(T) == static_cast<size_t>(dtype_block_bytes(dtype_)) &&
+                 !dtype_is_blocked(dtype_))
         << "data<T>() with sizeof(T)=" << sizeof(T) << " on a " << dtype_name(dtype_) << " tensor";
     return static_cast<T*>(raw_data());
   }
 
   // Views (no copy).
   Tensor slice(int dim, int64_t start, int64_t end) const;  // [start, end) along dim
-  Tensor select(int dim, int64_t index) const;               // removes dim
-  Tensor reshape(const Shape& shape) const;                  // requires is_contiguous()
-  Tensor reshape(std::initializer_list<int64_t> dims) const; // as above; one dim may be -1 (inferred)
+  Tensor select(int dim, int64_t index) const;              // removes dim
+  Tensor reshape(const Shape& shape) const;                 // requires is_contiguous()
+  Tensor reshape(
+      std::initializer_list<int64_t> dims) const;  // as above; one dim may be -1 (inferred)
   Tensor transpose(int d0, int d1) const;
   Tensor permute(const std::vector<int>& order) const;
   Tensor unsqueeze(int dim) const;
@@ -126,7 +133,8 @@ template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
   TANDEM_CHECK(static_cast<int64_t>(values.size() * sizeof(T)) == t.nbytes())
-      << "from_vector: " << values.size() << " values of " << sizeof(T) << " bytes for " << t.to_string();
+      << "from_vector: " << values.size() << " values of " << sizeof(T) << " bytes for "
+      << t.to_string();
   std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t;
 }

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// Backend-neutral ops. Each free function checks its arguments, finds the backend of the output's device
-// and calls that backend's kernel (OpKernels). Every backend has the whole set; the CPU backend keeps a
-// plain reference kernel for each op (cpu_reference_kernels()) against which the fast paths and the CUDA
-// kernels are tested. Outputs are preallocated by the caller; all tensors of one call share a device.
-// Activations are f32; weights (gemm B, embedding tables) may be f32/f16/bf16/q8_0/q4_0/q4_1.
-// Tensors must be contiguous unless stated otherwise.
+// Backend-neutral ops. Each free function checks its arguments, finds the backend of the output's
+// device and calls that backend's kernel (OpKernels). Every backend has the whole set; the CPU
+// backend keeps a plain reference kernel for each op (cpu_reference_kernels()) against which the
+// fast paths and the CUDA kernels are tested. Outputs are preallocated by the caller; all tensors
+// of one call share a device. Activations are f32; weights (gemm B, embedding tables) may be
+// f32/f16/bf16/q8_0/q4_0/q4_1. Tensors must be contiguous unless stated otherwise.
 //
 //   using namespace tandem;
 //   auto a = Tensor::empty({M, K}, DType::kF32), w = load_weight(...);   // w: [N, K] q4_1
 //   auto c = Tensor::empty({M, N}, DType::kF32);
 //   ops::gemm(a, w, c, {.trans_b = true});                                // c = a @ w^T
 //
-// Stream: nullptr runs synchronously; otherwise the op is enqueued on the stream (tensors are kept alive
-// by the queued work).
+// Stream: nullptr runs synchronously; otherwise the op is enqueued on the stream (tensors are kept
+// alive by the queued work).
 #pragma once
 
 #include "tandem/core/stream.h"
@@ -27,7 +27,8 @@ namespace tandem::ops {
 // dequantized on the fly. c: f32.
 TANDEM_API void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p = {},
                      Stream* s = nullptr);
-// Batched f32 GEMM over the leading dimension: a [B, M, K], b [B, K, N] (or [B, N, K]), c [B, M, N].
+// Batched f32 GEMM over the leading dimension: a [B, M, K], b [B, K, N] (or [B, N, K]), c [B, M,
+// N].
 TANDEM_API void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p = {},
                              Stream* s = nullptr);
 // Softmax over the last dimension; y may alias x.
@@ -43,19 +44,24 @@ TANDEM_API void rope(const Tensor& x, const Tensor& positions, Tensor& y, const 
                      Stream* s = nullptr);
 // Elementwise y = f(x); y may alias x.
 TANDEM_API void unary(UnaryOp op, const Tensor& x, Tensor& y, Stream* s = nullptr);
-inline void silu(const Tensor& x, Tensor& y, Stream* s = nullptr) { unary(UnaryOp::kSilu, x, y, s); }
-inline void gelu(const Tensor& x, Tensor& y, Stream* s = nullptr) { unary(UnaryOp::kGelu, x, y, s); }
-// Elementwise y = a op b, where b's shape equals a trailing part of a's shape (broadcast over the leading
-// dims of a) or b has one element. y has a's shape and may alias a.
-TANDEM_API void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y, Stream* s = nullptr);
+inline void silu(const Tensor& x, Tensor& y, Stream* s = nullptr) {
+  unary(UnaryOp::kSilu, x, y, s);
+}
+inline void gelu(const Tensor& x, Tensor& y, Stream* s = nullptr) {
+  unary(UnaryOp::kGelu, x, y, s);
+}
+// Elementwise y = a op b, where b's shape equals a trailing part of a's shape (broadcast over the
+// leading dims of a) or b has one element. y has a's shape and may alias a.
+TANDEM_API void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y,
+                       Stream* s = nullptr);
 inline void add(const Tensor& a, const Tensor& b, Tensor& y, Stream* s = nullptr) {
   binary(BinaryOp::kAdd, a, b, y, s);
 }
 inline void mul(const Tensor& a, const Tensor& b, Tensor& y, Stream* s = nullptr) {
   binary(BinaryOp::kMul, a, b, y, s);
 }
-// out[t, :] = table[ids[t], :] as f32. table: [V, D] any weight dtype; ids: i32 [T]; out: f32 [T, D].
-// Throws InvalidArgument for ids outside [0, V).
+// out[t, :] = table[ids[t], :] as f32. table: [V, D] any weight dtype; ids: i32 [T]; out: f32 [T,
+// D]. Throws InvalidArgument for ids outside [0, V).
 TANDEM_API void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s = nullptr);
 // Scaled dot-product attention with grouped-query heads, one sequence.
 // q: [Tq, Hq, D]; k: [Tk, Hkv, D]; v: [Tk, Hkv, Dv]; out: [Tq, Hq, Dv]; Hq % Hkv == 0; all f32.
@@ -63,8 +69,10 @@ TANDEM_API void embedding(const Tensor& table, const Tensor& ids, Tensor& out, S
 // probs (only when p.prob_rows is non-empty): f32 [Hq, prob_rows.size(), Tk], the softmax rows
 // (zeros at masked keys).
 TANDEM_API void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                          const AttentionParams& p = {}, Tensor* probs = nullptr, Stream* s = nullptr);
-// 2-D convolution, NCHW f32. x: [N, C, H, W]; w: [Cout, C/groups, KH, KW]; bias: [Cout] or undefined.
+                          const AttentionParams& p = {}, Tensor* probs = nullptr,
+                          Stream* s = nullptr);
+// 2-D convolution, NCHW f32. x: [N, C, H, W]; w: [Cout, C/groups, KH, KW]; bias: [Cout] or
+// undefined.
 TANDEM_API void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                        const Conv2dParams& p = {}, Stream* s = nullptr);
 // Converts between dtypes elementwise (same shape): float types, integer types (saturating), and
@@ -79,14 +87,17 @@ TANDEM_API Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2
 class TANDEM_API OpKernels {
  public:
   virtual ~OpKernels() = default;
-  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stream* s) = 0;
+  virtual void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p,
+                    Stream* s) = 0;
   virtual void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p,
                             Stream* s) = 0;
   virtual void softmax(const Tensor& x, Tensor& y, Stream* s) = 0;
-  virtual void rms_norm(const Tensor& x, const Tensor& w, Tensor& y, const NormParams& p, Stream* s) = 0;
+  virtual void rms_norm(const Tensor& x, const Tensor& w, Tensor& y, const NormParams& p,
+                        Stream* s) = 0;
   virtual void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                           const NormParams& p, Stream* s) = 0;
-  virtual void rope(const Tensor& x, const Tensor& pos, Tensor& y, const RopeParams& p, Stream* s) = 0;
+  virtual void rope(const Tensor& x, const Tensor& pos, Tensor& y, const RopeParams& p,
+                    Stream* s) = 0;
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& y, Stream* s) = 0;
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y, Stream* s) = 0;
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) = 0;
@@ -97,8 +108,8 @@ class TANDEM_API OpKernels {
   virtual void convert(const Tensor& src, Tensor& dst, Stream* s) = 0;
 };
 
-// The CPU reference kernels (plain loops, double accumulation where it matters): the ground truth of the
-// consistency suite. Synchronous; the stream argument, when given, is synchronized first.
+// The CPU reference kernels (plain loops, double accumulation where it matters): the ground truth
+// of the consistency suite. Synchronous; the stream argument, when given, is synchronized first.
 TANDEM_API OpKernels& cpu_reference_kernels();
 
 }  // namespace tandem::ops

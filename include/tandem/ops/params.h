@@ -9,9 +9,10 @@ namespace tandem::ops {
 
 struct GemmParams {
   bool trans_a = false;  // A is stored [K, M] instead of [M, K]
-  bool trans_b = false;  // B is stored [N, K] instead of [K, N] (the weight layout of GGUF and nn.Linear)
+  bool trans_b =
+      false;  // B is stored [N, K] instead of [K, N] (the weight layout of GGUF and nn.Linear)
   float alpha = 1.0f;
-  float beta = 0.0f;     // C = alpha * op(A) op(B) + beta * C
+  float beta = 0.0f;  // C = alpha * op(A) op(B) + beta * C
 };
 
 enum class UnaryOp : uint8_t { kSilu, kGelu /* tanh approximation */, kGeluErf, kRelu, kExp };
@@ -22,16 +23,17 @@ struct NormParams {
 };
 
 struct RopeParams {
-  float theta = 10000.0f;   // base of the rotary frequencies
-  int rotary_dim = -1;      // leading dims of each head that rotate; -1 = the whole head
-  bool neox = false;        // false: rotate interleaved pairs (2i, 2i+1), GGUF/LLaMA layout as stored in GGUF;
-                            // true: rotate halves (i, i + d/2), the GPT-NeoX / HF layout
+  float theta = 10000.0f;  // base of the rotary frequencies
+  int rotary_dim = -1;     // leading dims of each head that rotate; -1 = the whole head
+  bool neox = false;  // false: rotate interleaved pairs (2i, 2i+1), GGUF/LLaMA layout as stored in
+                      // GGUF; true: rotate halves (i, i + d/2), the GPT-NeoX / HF layout
 };
 
 struct AttentionParams {
-  float scale = 0.0f;        // 0 = 1/sqrt(head_dim)
+  float scale = 0.0f;  // 0 = 1/sqrt(head_dim)
   bool causal = true;
-  int64_t q_offset = -1;     // absolute position of query row 0; -1 = Tk - Tq (queries are the last rows)
+  int64_t q_offset =
+      -1;  // absolute position of query row 0; -1 = Tk - Tq (queries are the last rows)
   // Query rows (indices into Tq) whose softmax probabilities are also returned in `probs`
   // (shape [Hq, rows.size(), Tk], f32). Empty = none.
   std::vector<int64_t> prob_rows;

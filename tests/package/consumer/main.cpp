@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Uses the installed library: a tensor, a GEMM on the CPU, the allocator's accounting. Exit code 0 = pass.
+// Uses the installed library: a tensor, a GEMM on the CPU, the allocator's accounting. Exit code 0
+// = pass.
 #include <tandem/core/allocator.h>
 #include <tandem/core/backend.h>
 #include <tandem/ops/ops.h>
@@ -25,7 +26,8 @@ int main() {
   }
   const auto live = memory_stats(Device::cpu()).current_bytes - before;
   if (live != 24 + 24 + 16) {
-    std::fprintf(stderr, "allocator counts %lld live bytes, expected 64\n", static_cast<long long>(live));
+    std::fprintf(stderr, "allocator counts %lld live bytes, expected 64\n",
+                 static_cast<long long>(live));
     return 1;
   }
   std::printf("tandem %s consumer ok: %zu device(s)\n", TANDEM_VERSION_STRING,
