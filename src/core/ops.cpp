@@ -8,6 +8,13 @@
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 
+// Throws InvalidArgument("<op>: <what>"); `what` is only evaluated when the check fails, so passing
+// calls (every decode step runs dozens) never build messages.
+#define TANDEM_NEED(cond, op, what)                                    \
+  do {                                                                 \
+    if (!(cond)) throw ::tandem::InvalidArgument(cat(op, ": ", what)); \
+  } while (0)
+
 namespace tandem::ops {
 namespace {
 
@@ -15,12 +22,8 @@ ops::OpKernels& kernels_for(const Tensor& out) {
   return BackendRegistry::global().get(out.device()).kernels();
 }
 
-void need(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw InvalidArgument(cat(op, ": ", what));
-}
-
 void need_defined(const Tensor& t, const char* op, const char* name) {
-  need(t.defined(), op, cat(name, " is undefined"));
+  TANDEM_NEED(t.defined(), op, cat(name, " is undefined"));
 }
 
 void same_device(const char* op, const Tensor& ref, std::initializer_list<const Tensor*> others) {
@@ -32,11 +35,11 @@ void same_device(const char* op, const Tensor& ref, std::initializer_list<const 
 }
 
 void need_f32(const Tensor& t, const char* op, const char* name) {
-  need(t.dtype() == DType::kF32, op, cat(name, " must be f32, got ", dtype_name(t.dtype())));
+  TANDEM_NEED(t.dtype() == DType::kF32, op, cat(name, " must be f32, got ", dtype_name(t.dtype())));
 }
 
 void need_contig(const Tensor& t, const char* op, const char* name) {
-  need(t.is_contiguous(), op, cat(name, " must be contiguous: ", t.to_string()));
+  TANDEM_NEED(t.is_contiguous(), op, cat(name, " must be contiguous: ", t.to_string()));
 }
 
 bool is_weight_dtype(DType t) {
@@ -52,22 +55,22 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stre
   need_defined(b, op, "b");
   need_defined(c, op, "c");
   same_device(op, c, {&a, &b});
-  need(
+  TANDEM_NEED(
       a.rank() == 2 && b.rank() == 2 && c.rank() == 2, op,
       cat("expects rank-2 tensors, got ", a.to_string(), ", ", b.to_string(), ", ", c.to_string()));
   need_f32(a, op, "a");
   need_f32(c, op, "c");
-  need(is_weight_dtype(b.dtype()), op, cat("unsupported b dtype ", dtype_name(b.dtype())));
-  need(b.dtype() == DType::kF32 || p.trans_b, op,
-       cat(dtype_name(b.dtype()), " weights must be stored [N, K] (trans_b = true)"));
+  TANDEM_NEED(is_weight_dtype(b.dtype()), op, cat("unsupported b dtype ", dtype_name(b.dtype())));
+  TANDEM_NEED(b.dtype() == DType::kF32 || p.trans_b, op,
+              cat(dtype_name(b.dtype()), " weights must be stored [N, K] (trans_b = true)"));
   need_contig(a, op, "a");
   need_contig(b, op, "b");
   need_contig(c, op, "c");
   const int64_t m = p.trans_a ? a.size(1) : a.size(0), k = p.trans_a ? a.size(0) : a.size(1);
   const int64_t kb = p.trans_b ? b.size(1) : b.size(0), n = p.trans_b ? b.size(0) : b.size(1);
-  need(k == kb && c.size(0) == m && c.size(1) == n, op,
-       cat("shape mismatch: a ", a.shape().to_string(), (p.trans_a ? "^T" : ""), ", b ",
-           b.shape().to_string(), (p.trans_b ? "^T" : ""), ", c ", c.shape().to_string()));
+  TANDEM_NEED(k == kb && c.size(0) == m && c.size(1) == n, op,
+              cat("shape mismatch: a ", a.shape().to_string(), (p.trans_a ? "^T" : ""), ", b ",
+                  b.shape().to_string(), (p.trans_b ? "^T" : ""), ", c ", c.shape().to_string()));
   kernels_for(c).gemm(a, b, c, p, s);
 }
 
@@ -77,8 +80,8 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams&
   need_defined(b, op, "b");
   need_defined(c, op, "c");
   same_device(op, c, {&a, &b});
-  need(a.rank() == 3 && b.rank() == 3 && c.rank() == 3, op,
-       "expects rank-3 tensors [B, rows, cols]");
+  TANDEM_NEED(a.rank() == 3 && b.rank() == 3 && c.rank() == 3, op,
+              "expects rank-3 tensors [B, rows, cols]");
   need_f32(a, op, "a");
   need_f32(b, op, "b");
   need_f32(c, op, "c");
@@ -87,11 +90,11 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams&
   need_contig(c, op, "c");
   const int64_t m = p.trans_a ? a.size(2) : a.size(1), k = p.trans_a ? a.size(1) : a.size(2);
   const int64_t kb = p.trans_b ? b.size(2) : b.size(1), n = p.trans_b ? b.size(1) : b.size(2);
-  need(a.size(0) == b.size(0) && a.size(0) == c.size(0) && k == kb && c.size(1) == m &&
-           c.size(2) == n,
-       op,
-       cat("shape mismatch: a ", a.shape().to_string(), ", b ", b.shape().to_string(), ", c ",
-           c.shape().to_string()));
+  TANDEM_NEED(a.size(0) == b.size(0) && a.size(0) == c.size(0) && k == kb && c.size(1) == m &&
+                  c.size(2) == n,
+              op,
+              cat("shape mismatch: a ", a.shape().to_string(), ", b ", b.shape().to_string(),
+                  ", c ", c.shape().to_string()));
   kernels_for(c).batched_gemm(a, b, c, p, s);
 }
 
@@ -104,14 +107,14 @@ void same_shape_f32(const char* op, const Tensor& x, const Tensor& y) {
   need_f32(y, op, "y");
   need_contig(x, op, "x");
   need_contig(y, op, "y");
-  need(x.shape() == y.shape(), op,
-       cat("x ", x.shape().to_string(), " and y ", y.shape().to_string(), " differ"));
+  TANDEM_NEED(x.shape() == y.shape(), op,
+              cat("x ", x.shape().to_string(), " and y ", y.shape().to_string(), " differ"));
 }
 }  // namespace
 
 void softmax(const Tensor& x, Tensor& y, Stream* s) {
   same_shape_f32("softmax", x, y);
-  need(x.rank() >= 1, "softmax", "needs rank >= 1");
+  TANDEM_NEED(x.rank() >= 1, "softmax", "needs rank >= 1");
   kernels_for(y).softmax(x, y, s);
 }
 
@@ -122,10 +125,10 @@ void rms_norm(const Tensor& x, const Tensor& weight, Tensor& y, const NormParams
   same_device(op, y, {&weight});
   need_f32(weight, op, "weight");
   need_contig(weight, op, "weight");
-  need(x.rank() >= 1 && weight.rank() == 1 && weight.size(0) == x.size(-1), op,
-       cat("weight ", weight.shape().to_string(), " does not match the last dim of ",
-           x.shape().to_string()));
-  need(p.eps >= 0, op, "eps must be >= 0");
+  TANDEM_NEED(x.rank() >= 1 && weight.rank() == 1 && weight.size(0) == x.size(-1), op,
+              cat("weight ", weight.shape().to_string(), " does not match the last dim of ",
+                  x.shape().to_string()));
+  TANDEM_NEED(p.eps >= 0, op, "eps must be >= 0");
   kernels_for(y).rms_norm(x, weight, y, p, s);
 }
 
@@ -136,14 +139,14 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tenso
   need_defined(weight, op, "weight");
   same_device(op, y, {&weight, &bias});
   need_f32(weight, op, "weight");
-  need(x.rank() >= 1 && weight.rank() == 1 && weight.size(0) == x.size(-1), op,
-       cat("weight ", weight.shape().to_string(), " does not match the last dim of ",
-           x.shape().to_string()));
+  TANDEM_NEED(x.rank() >= 1 && weight.rank() == 1 && weight.size(0) == x.size(-1), op,
+              cat("weight ", weight.shape().to_string(), " does not match the last dim of ",
+                  x.shape().to_string()));
   if (bias.defined()) {
     need_f32(bias, op, "bias");
-    need(bias.shape() == weight.shape(), op, "bias and weight shapes differ");
+    TANDEM_NEED(bias.shape() == weight.shape(), op, "bias and weight shapes differ");
   }
-  need(p.eps >= 0, op, "eps must be >= 0");
+  TANDEM_NEED(p.eps >= 0, op, "eps must be >= 0");
   kernels_for(y).layer_norm(x, weight, bias, y, p, s);
 }
 
@@ -152,13 +155,14 @@ void rope(const Tensor& x, const Tensor& positions, Tensor& y, const RopeParams&
   same_shape_f32(op, x, y);
   need_defined(positions, op, "positions");
   same_device(op, y, {&positions});
-  need(x.rank() == 3, op, cat("x must be [T, H, D], got ", x.shape().to_string()));
-  need(positions.dtype() == DType::kI32 && positions.rank() == 1 && positions.size(0) == x.size(0),
-       op, cat("positions must be i32 [", x.size(0), "], got ", positions.to_string()));
+  TANDEM_NEED(x.rank() == 3, op, cat("x must be [T, H, D], got ", x.shape().to_string()));
+  TANDEM_NEED(
+      positions.dtype() == DType::kI32 && positions.rank() == 1 && positions.size(0) == x.size(0),
+      op, cat("positions must be i32 [", x.size(0), "], got ", positions.to_string()));
   const int64_t rd = p.rotary_dim < 0 ? x.size(2) : p.rotary_dim;
-  need(rd % 2 == 0 && rd <= x.size(2), op,
-       cat("rotary_dim ", rd, " must be even and <= head dim ", x.size(2)));
-  need(p.theta > 0, op, "theta must be > 0");
+  TANDEM_NEED(rd % 2 == 0 && rd <= x.size(2), op,
+              cat("rotary_dim ", rd, " must be even and <= head dim ", x.size(2)));
+  TANDEM_NEED(p.theta > 0, op, "theta must be > 0");
   kernels_for(y).rope(x, positions, y, p, s);
 }
 
@@ -179,8 +183,8 @@ void binary(BinaryOp o, const Tensor& a, const Tensor& b, Tensor& y, Stream* s) 
     ok = true;
     for (int i = 1; i <= b.rank(); ++i) ok = ok && b.size(-i) == a.size(-i);
   }
-  need(ok, op,
-       cat("b ", b.shape().to_string(), " does not broadcast to a ", a.shape().to_string()));
+  TANDEM_NEED(ok, op,
+              cat("b ", b.shape().to_string(), " does not broadcast to a ", a.shape().to_string()));
   kernels_for(y).binary(o, a, b, y, s);
 }
 
@@ -190,16 +194,18 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) {
   need_defined(ids, op, "ids");
   need_defined(out, op, "out");
   same_device(op, out, {&table, &ids});
-  need(is_weight_dtype(table.dtype()), op,
-       cat("unsupported table dtype ", dtype_name(table.dtype())));
-  need(table.rank() == 2 && ids.rank() == 1 && ids.dtype() == DType::kI32, op,
-       cat("expects table [V, D] and i32 ids [T], got ", table.to_string(), ", ", ids.to_string()));
+  TANDEM_NEED(is_weight_dtype(table.dtype()), op,
+              cat("unsupported table dtype ", dtype_name(table.dtype())));
+  TANDEM_NEED(
+      table.rank() == 2 && ids.rank() == 1 && ids.dtype() == DType::kI32, op,
+      cat("expects table [V, D] and i32 ids [T], got ", table.to_string(), ", ", ids.to_string()));
   need_f32(out, op, "out");
   need_contig(table, op, "table");
   need_contig(ids, op, "ids");
   need_contig(out, op, "out");
-  need(out.rank() == 2 && out.size(0) == ids.size(0) && out.size(1) == table.size(1), op,
-       cat("out must be [", ids.size(0), ", ", table.size(1), "], got ", out.shape().to_string()));
+  TANDEM_NEED(
+      out.rank() == 2 && out.size(0) == ids.size(0) && out.size(1) == table.size(1), op,
+      cat("out must be [", ids.size(0), ", ", table.size(1), "], got ", out.shape().to_string()));
   kernels_for(out).embedding(table, ids, out, s);
 }
 
@@ -210,28 +216,30 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
     need_defined(*t, op, n);
     need_f32(*t, op, n);
     need_contig(*t, op, n);
-    need(t->rank() == 3, op, cat(n, " must be [T, H, D], got ", t->shape().to_string()));
+    TANDEM_NEED(t->rank() == 3, op, cat(n, " must be [T, H, D], got ", t->shape().to_string()));
   }
   same_device(op, out, {&q, &k, &v});
   const int64_t tq = q.size(0), hq = q.size(1), d = q.size(2), tk = k.size(0), hkv = k.size(1);
-  need(k.size(2) == d, op, "q and k head dims differ");
-  need(v.size(0) == tk && v.size(1) == hkv, op, "k and v disagree on tokens or heads");
-  need(hkv > 0 && hq % hkv == 0, op, cat("query heads ", hq, " not a multiple of kv heads ", hkv));
-  need(out.size(0) == tq && out.size(1) == hq && out.size(2) == v.size(2), op,
-       cat("out must be [", tq, ", ", hq, ", ", v.size(2), "], got ", out.shape().to_string()));
+  TANDEM_NEED(k.size(2) == d, op, "q and k head dims differ");
+  TANDEM_NEED(v.size(0) == tk && v.size(1) == hkv, op, "k and v disagree on tokens or heads");
+  TANDEM_NEED(hkv > 0 && hq % hkv == 0, op,
+              cat("query heads ", hq, " not a multiple of kv heads ", hkv));
+  TANDEM_NEED(
+      out.size(0) == tq && out.size(1) == hq && out.size(2) == v.size(2), op,
+      cat("out must be [", tq, ", ", hq, ", ", v.size(2), "], got ", out.shape().to_string()));
   const int64_t q_offset = p.q_offset < 0 ? tk - tq : p.q_offset;
-  need(!p.causal || q_offset >= 0, op,
-       cat("causal attention with more queries (", tq, ") than keys (", tk, ")"));
+  TANDEM_NEED(!p.causal || q_offset >= 0, op,
+              cat("causal attention with more queries (", tq, ") than keys (", tk, ")"));
   for (int64_t r : p.prob_rows)
-    need(r >= 0 && r < tq, op, cat("prob row ", r, " outside [0, ", tq, ")"));
+    TANDEM_NEED(r >= 0 && r < tq, op, cat("prob row ", r, " outside [0, ", tq, ")"));
   if (!p.prob_rows.empty()) {
-    need(probs && probs->defined(), op, "prob_rows given but no probs tensor");
+    TANDEM_NEED(probs && probs->defined(), op, "prob_rows given but no probs tensor");
     same_device(op, out, {probs});
     need_f32(*probs, op, "probs");
     need_contig(*probs, op, "probs");
-    need(probs->shape() == Shape{hq, static_cast<int64_t>(p.prob_rows.size()), tk}, op,
-         cat("probs must be [", hq, ", ", p.prob_rows.size(), ", ", tk, "], got ",
-             probs->shape().to_string()));
+    TANDEM_NEED((probs->shape() == Shape{hq, static_cast<int64_t>(p.prob_rows.size()), tk}), op,
+                cat("probs must be [", hq, ", ", p.prob_rows.size(), ", ", tk, "], got ",
+                    probs->shape().to_string()));
   }
   AttentionParams resolved = p;
   resolved.q_offset = q_offset;
@@ -241,18 +249,19 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   const char* op = "conv2d";
-  need(x.rank() == 4 && w.rank() == 4, op,
-       cat("x must be NCHW and w OIHW, got ", x.to_string(), ", ", w.to_string()));
-  need(p.groups >= 1 && x[1] % p.groups == 0 && w[0] % p.groups == 0 && w[1] * p.groups == x[1], op,
-       cat("channels ", x[1], " / weight ", w.to_string(), " do not match groups ", p.groups));
-  need(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1, op,
-       "stride and dilation must be >= 1");
-  need(p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 && p.pad_right >= 0, op,
-       "negative padding");
+  TANDEM_NEED(x.rank() == 4 && w.rank() == 4, op,
+              cat("x must be NCHW and w OIHW, got ", x.to_string(), ", ", w.to_string()));
+  TANDEM_NEED(
+      p.groups >= 1 && x[1] % p.groups == 0 && w[0] % p.groups == 0 && w[1] * p.groups == x[1], op,
+      cat("channels ", x[1], " / weight ", w.to_string(), " do not match groups ", p.groups));
+  TANDEM_NEED(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1, op,
+              "stride and dilation must be >= 1");
+  TANDEM_NEED(p.pad_top >= 0 && p.pad_left >= 0 && p.pad_bottom >= 0 && p.pad_right >= 0, op,
+              "negative padding");
   const int64_t eff_h = (w[2] - 1) * p.dilation_h + 1, eff_w = (w[3] - 1) * p.dilation_w + 1;
   const int64_t ih = x[2] + p.pad_top + p.pad_bottom, iw = x[3] + p.pad_left + p.pad_right;
-  need(ih >= eff_h && iw >= eff_w, op,
-       cat("kernel ", w.to_string(), " larger than padded input ", x.to_string()));
+  TANDEM_NEED(ih >= eff_h && iw >= eff_w, op,
+              cat("kernel ", w.to_string(), " larger than padded input ", x.to_string()));
   return Shape{x[0], w[0], (ih - eff_h) / p.stride_h + 1, (iw - eff_w) / p.stride_w + 1};
 }
 
@@ -268,11 +277,12 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, con
     need_contig(*t, op, n);
   }
   const Shape expect = conv2d_output_shape(x.shape(), w.shape(), p);
-  need(y.shape() == expect, op,
-       cat("y must be ", expect.to_string(), ", got ", y.shape().to_string()));
+  TANDEM_NEED(y.shape() == expect, op,
+              cat("y must be ", expect.to_string(), ", got ", y.shape().to_string()));
   if (bias.defined()) {
     need_f32(bias, op, "bias");
-    need(bias.rank() == 1 && bias.size(0) == w.size(0), op, cat("bias must be [", w.size(0), "]"));
+    TANDEM_NEED(bias.rank() == 1 && bias.size(0) == w.size(0), op,
+                cat("bias must be [", w.size(0), "]"));
   }
   kernels_for(y).conv2d(x, w, bias, y, p, s);
 }
@@ -282,12 +292,14 @@ void convert(const Tensor& src, Tensor& dst, Stream* s) {
   need_defined(src, op, "src");
   need_defined(dst, op, "dst");
   same_device(op, dst, {&src});
-  need(src.shape() == dst.shape(), op,
-       cat("src ", src.shape().to_string(), " and dst ", dst.shape().to_string(), " differ"));
+  TANDEM_NEED(
+      src.shape() == dst.shape(), op,
+      cat("src ", src.shape().to_string(), " and dst ", dst.shape().to_string(), " differ"));
   need_contig(dst, op, "dst");
-  need(src.dtype() == dst.dtype() || (!dtype_is_blocked(src.dtype()) || src.is_contiguous()), op,
-       "a strided block-quantized source can only be copied, not converted");
+  TANDEM_NEED(src.dtype() == dst.dtype() || (!dtype_is_blocked(src.dtype()) || src.is_contiguous()),
+              op, "a strided block-quantized source can only be copied, not converted");
   kernels_for(dst).convert(src, dst, s);
 }
 
 }  // namespace tandem::ops
+#undef TANDEM_NEED

@@ -8,27 +8,6 @@
 namespace tandem::testing {
 namespace {
 
-struct GemmCase {
-  int64_t m, n, k;
-  bool ta, tb;
-  float alpha, beta;
-};
-
-void check_gemm(const GemmCase& g, DType wt, uint32_t seed) {
-  const std::string what = cat("gemm ", dtype_name(wt), " m=", g.m, " n=", g.n, " k=", g.k,
-                               " ta=", g.ta, " tb=", g.tb, " alpha=", g.alpha, " beta=", g.beta);
-  SCOPED_TRACE(what);
-  const Tensor a = random_tensor(g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}, seed);
-  const Tensor b = converted(random_tensor(g.tb ? Shape{g.n, g.k} : Shape{g.k, g.n}, seed + 1), wt);
-  const Tensor c0 = random_tensor({g.m, g.n}, seed + 2);
-  ops::GemmParams p{.trans_a = g.ta, .trans_b = g.tb, .alpha = g.alpha, .beta = g.beta};
-  Tensor want = c0.clone();
-  reference().gemm(a, b, want, p, nullptr);
-  Guarded out({g.m, g.n}, DType::kF32, g.beta != 0.0f ? &c0 : nullptr);
-  ops::gemm(on_device(a), on_device(b), out.view(), p);
-  expect_close(out.result(what), want, tol::reduction(g.k), what);
-}
-
 TANDEM_OPS_TEST(Gemm, F32ShapesAndTransposes) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {

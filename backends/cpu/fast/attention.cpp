@@ -35,7 +35,12 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   a.causal = p.causal;
   a.q_offset = p.q_offset;
   const int64_t group = a.hq / a.hkv, qblocks = (a.tq + kQueryBlock - 1) / kQueryBlock;
-  const int threads = cpu_num_threads();
+  // Work: scores and weighted sums over the visible keys (about half of them when causal) for
+  // every query row and head; small problems (short decode contexts) stay on this thread.
+  const int64_t keys = a.causal ? std::min(a.tk, a.q_offset + (a.tq + 1) / 2 + 1) : a.tk;
+  const int64_t macs = a.tq * a.hq * std::max<int64_t>(keys, 1) * (a.d + a.dv);
+  const int64_t bytes = 4 * (a.tq * a.hq * (a.d + a.dv) + a.tk * a.hkv * (a.d + a.dv));
+  const int threads = parallel_threads(macs, bytes, cpu_num_threads());
   const IsaKernels& isa_k = isa();
 
   // Heads per item: the whole KV group, or one head when that leaves threads idle.

@@ -33,18 +33,20 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& 
     for (int64_t gi = 0; gi < g; ++gi) {
       const float* xg = xp + (b * c + gi * cg) * h * wd;
       if (!direct) {
-        parallel_for(kdim, threads, [&](int64_t row, int) {
-          const int64_t ci = row / (kh * kw), ky = (row / kw) % kh, kx = row % kw;
-          float* dst = col.data() + row * pix;
-          for (int64_t oy = 0; oy < oh; ++oy) {
-            const int64_t iy = oy * p.stride_h - p.pad_top + ky * p.dilation_h;
-            for (int64_t ox = 0; ox < ow; ++ox) {
-              const int64_t ix = ox * p.stride_w - p.pad_left + kx * p.dilation_w;
-              dst[oy * ow + ox] =
-                  (iy >= 0 && iy < h && ix >= 0 && ix < wd) ? xg[(ci * h + iy) * wd + ix] : 0.0f;
-            }
-          }
-        });
+        parallel_for(kdim, parallel_threads(kdim * pix, 8 * kdim * pix, threads),
+                     [&](int64_t row, int) {
+                       const int64_t ci = row / (kh * kw), ky = (row / kw) % kh, kx = row % kw;
+                       float* dst = col.data() + row * pix;
+                       for (int64_t oy = 0; oy < oh; ++oy) {
+                         const int64_t iy = oy * p.stride_h - p.pad_top + ky * p.dilation_h;
+                         for (int64_t ox = 0; ox < ow; ++ox) {
+                           const int64_t ix = ox * p.stride_w - p.pad_left + kx * p.dilation_w;
+                           dst[oy * ow + ox] = (iy >= 0 && iy < h && ix >= 0 && ix < wd)
+                                                   ? xg[(ci * h + iy) * wd + ix]
+                                                   : 0.0f;
+                         }
+                       }
+                     });
       }
       float* yg = yp + (b * co + gi * cog) * pix;
       sgemm(false, false, cog, pix, kdim, 1.0f, wp + gi * cog * kdim, kdim,

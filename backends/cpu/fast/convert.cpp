@@ -36,7 +36,8 @@ void strided_copy(const Tensor& src, const Tensor& dst) {
   const auto* sp = static_cast<const uint8_t*>(src.raw_data());
   auto* dp = static_cast<uint8_t*>(dst.raw_data());
   const int64_t per = std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1));
-  parallel_for((rows + per - 1) / per, cpu_num_threads(), [&](int64_t c, int) {
+  const int threads = parallel_threads(rows * inner, 2 * rows * row_bytes, cpu_num_threads());
+  parallel_for((rows + per - 1) / per, threads, [&](int64_t c, int) {
     for (int64_t row = c * per; row < std::min(rows, (c + 1) * per); ++row) {
       int64_t rem = row, elems = 0;  // element offset of this row in src
       for (int i = r - 2; i >= 0; --i) {
@@ -61,7 +62,7 @@ void convert(const Tensor& src, const Tensor& dst) {
   const DType st = src.dtype(), dt = dst.dtype();
   const int64_t total = src.numel();
   if (total == 0) return;
-  const int threads = cpu_num_threads();
+  const int threads = parallel_threads(total, src.nbytes() + dst.nbytes(), cpu_num_threads());
   if (st == dt) {
     if (src.is_contiguous()) {
       const auto* s = static_cast<const uint8_t*>(src.raw_data());

@@ -20,10 +20,12 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            int threads);
 
-// NCHW f32 convolution with optional bias. Primitives are cached per shape and parameters
-// (thread-safe); oneDNN picks the layouts (format_tag::any) and inputs/outputs are reordered as
-// needed. Returns false when oneDNN cannot build a primitive for this case (the caller falls back
-// to im2col).
+// NCHW f32 convolution with optional bias. Primitives are cached per shape, parameters and thread
+// count (thread-safe), together with their reorder primitives and reusable buffers; oneDNN picks
+// the layouts (format_tag::any) and inputs, weights and outputs are reordered per call where its
+// layout differs from NCHW / OIHW (weights in place when it keeps OIHW). Weights are not cached
+// across calls: their contents may change (a prepacking API belongs to the CNN engine). Returns
+// false when oneDNN cannot build a primitive for this case (the caller falls back to im2col).
 bool conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
             const ops::Conv2dParams& p, int threads);
 

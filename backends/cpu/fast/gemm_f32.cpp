@@ -125,6 +125,8 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
     own_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
     return;
   }
+  // Small products run on the calling thread whatever the provider (parallel.h).
+  threads = parallel_threads(m * n * k, 4 * (m * k + k * n + m * n), threads);
   switch (gemm_provider()) {
     case GemmProvider::kOneDnn:
       onednn::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads);

@@ -40,9 +40,10 @@ struct IsaKernels {
   void (*sgemm_micro)(int64_t k, const float* ap, const float* bp, float* c, int64_t ldc, int mr,
                       int nr, float alpha, float beta);
 
-  // Fused dequantize-GEMV for small M (1..8): for n in [n0, n1):
+  // GEMV for small M (1..8), fused with the weight decoding: for n in [n0, n1):
   //   y[i, n] = alpha * sum_k x[i, k] * W[n, k] + beta * y[i, n]   (beta == 0: y not read)
-  // W rows of dtype t (f16, bf16, q8_0, q4_0, q4_1) are `w_row_bytes` apart, read once.
+  // W rows of dtype t (f32, f16, bf16, q8_0, q4_0, q4_1) are `w_row_bytes` apart, read once.
+  // See isa_gemv.inc for how the block formats are computed.
   void (*gemv)(DType t, int m, int64_t k, const float* x, int64_t ldx, const uint8_t* w,
                int64_t w_row_bytes, int64_t n0, int64_t n1, float* y, int64_t ldy, float alpha,
                float beta);

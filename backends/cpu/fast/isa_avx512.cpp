@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "dequant.h"
 #include "tandem/core/error.h"
@@ -20,7 +21,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #if defined(__clang__)  // clang has no "#pragma GCC target"; its attribute pragma does the same
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))), \
+                             apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")

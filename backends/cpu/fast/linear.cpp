@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fast GEMM and batched GEMM. f32 goes to the f32 provider (gemm_f32.h). Weights of
-// f16/bf16/q8_0/q4_0/ q4_1 ([N, K], trans_b) are dequantized on the fly:
-//   M <= kGemvMaxM (decode): the fused dequantize-GEMV of the ISA table, threads over chunks of N
-//   rows;
-//     every weight byte is read once and dequantized once for all M rows.
-//   larger M (prefill): each thread dequantizes a tile of W rows into its own f32 scratch sized to
-//   stay in
-//     L2 (kTileBytes), then runs a single-threaded f32 GEMM of all of A against that tile.
+// Fast GEMM and batched GEMM.
+//   Small M with W stored [N, K] (trans_b; the decode step): the GEMV of the ISA table
+//   (isa_gemv.inc), threads over chunks of N rows, every weight byte read once and decoded once
+//   for all M rows. f32 weights take it for M <= kGemvF32MaxM (below the fixed per-call cost of a
+//   library GEMM), weights of f16/bf16/q8_0/q4_0/q4_1 for M <= kGemvMaxM.
+//   Other f32 products: the f32 provider (gemm_f32.h).
+//   Other weight dtypes (prefill): each thread dequantizes a tile of W rows into its own f32
+//   scratch sized to stay in L2 (kTileBytes), then runs a single-threaded f32 GEMM of all of A
+//   against that tile.
+// Thread counts follow parallel_threads() (parallel.h): small products stay on the calling thread.
 #include <algorithm>
 #include <vector>
 
@@ -19,44 +21,58 @@
 namespace tandem::cpu::fast {
 namespace {
 
-constexpr int kGemvMaxM = 8;
+constexpr int kGemvMaxM = 8;     // weight dtypes other than f32: the fused GEMV up to this M
+constexpr int kGemvF32MaxM = 4;  // f32 W [N, K]: the GEMV up to this M
 constexpr int64_t kTileBytes = 1 << 20;  // f32 scratch per thread for the dequantized W tile
+
+// y[M, N] = alpha * x W^T + beta * y through the ISA GEMV (m <= kGemvMaxM); W rows `rb` bytes
+// apart.
+void gemv_path(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
+               const uint8_t* w, int64_t rb, float beta, float* c, int threads) {
+  const float* x = a;
+  std::vector<float> xt;
+  if (ta && m > 1) {  // a is [K, M]: make the M rows contiguous (for m = 1 both layouts agree)
+    xt.resize(static_cast<size_t>(m * k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t l = 0; l < k; ++l) xt[i * k + l] = a[l * m + i];
+    x = xt.data();
+  }
+  const IsaKernels& isa_k = isa();
+  const int t = parallel_threads(m * n * k, n * rb + 4 * m * (k + n), threads);
+  if (t == 1) {
+    isa_k.gemv(wt, static_cast<int>(m), k, x, k, w, rb, 0, n, c, n, alpha, beta);
+    return;
+  }
+  // Chunks of rows: several per thread for balance, each at least 16 rows.
+  const int64_t chunk = std::max<int64_t>(16, (n + 4 * t - 1) / (4 * t));
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  parallel_for(chunks, t, [&](int64_t ci, int) {
+    const int64_t n0 = ci * chunk, n1 = std::min(n, n0 + chunk);
+    isa_k.gemv(wt, static_cast<int>(m), k, x, k, w, rb, n0, n1, c, n, alpha, beta);
+  });
+}
 
 void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
                   const uint8_t* w, float beta, float* c, int threads) {
   const int64_t rb = dtype_row_bytes(wt, k);
   if (m <= kGemvMaxM) {
-    const float* x = a;
-    std::vector<float> xt;
-    if (ta) {  // a is [K, M]: make the M rows contiguous
-      xt.resize(static_cast<size_t>(m * k));
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t l = 0; l < k; ++l) xt[i * k + l] = a[l * m + i];
-      x = xt.data();
-    }
-    const IsaKernels& isa_k = isa();
-    // Chunks of rows: several per thread for balance, but each at least 16 rows.
-    const int64_t chunk = std::max<int64_t>(16, (n + 4 * threads - 1) / (4 * threads));
-    const int64_t chunks = (n + chunk - 1) / chunk;
-    parallel_for(chunks, threads, [&](int64_t ci, int) {
-      const int64_t n0 = ci * chunk, n1 = std::min(n, n0 + chunk);
-      isa_k.gemv(wt, static_cast<int>(m), k, x, k, w, rb, n0, n1, c, n, alpha, beta);
-    });
+    gemv_path(ta, m, n, k, alpha, a, wt, w, rb, beta, c, threads);
     return;
   }
   const int64_t tile = std::clamp<int64_t>(kTileBytes / (4 * k) / 16 * 16, 16, 256);
   const int64_t tiles = (n + tile - 1) / tile;
   const IsaKernels& isa_k = isa();
-  std::vector<std::vector<float>> scratch(team_size(tiles, threads));
-  parallel_for(tiles, threads, [&](int64_t t, int th) {
+  const int t = parallel_threads(m * n * k, n * rb + 4 * m * (k + n), threads);
+  std::vector<std::vector<float>> scratch(team_size(tiles, t));
+  parallel_for(tiles, t, [&](int64_t ti, int th) {
     std::vector<float>& wf = scratch[th];
     if (wf.empty()) wf.resize(static_cast<size_t>(tile * k));
-    const int64_t n0 = t * tile, nt = std::min(tile, n - n0);
+    const int64_t n0 = ti * tile, nt = std::min(tile, n - n0);
     for (int64_t r = 0; r < nt; ++r)
       isa_k.dequantize_row(wt, w + (n0 + r) * rb, wf.data() + r * k, k);
     // With one tile per thread the GEMM may use the threads left over.
     sgemm(ta, true, m, nt, k, alpha, a, ta ? m : k, wf.data(), k, beta, c + n0, n,
-          tiles < threads ? threads : 1);
+          tiles < t ? t : 1);
   });
 }
 
@@ -65,6 +81,11 @@ void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const f
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmParams& p) {
   const int64_t m = c.size(0), n = c.size(1), k = p.trans_a ? a.size(0) : a.size(1);
   const int threads = cpu_num_threads();
+  if (b.dtype() == DType::kF32 && p.trans_b && m <= kGemvF32MaxM && k > 0) {
+    gemv_path(p.trans_a, m, n, k, p.alpha, a.data<float>(), DType::kF32,
+              static_cast<const uint8_t*>(b.raw_data()), 4 * k, p.beta, c.data<float>(), threads);
+    return;
+  }
   if (b.dtype() == DType::kF32) {
     sgemm(p.trans_a, p.trans_b, m, n, k, p.alpha, a.data<float>(), p.trans_a ? m : k,
           b.data<float>(), p.trans_b ? k : n, p.beta, c.data<float>(), n, threads);
@@ -79,7 +100,8 @@ void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::
   const int64_t k = p.trans_a ? a.size(1) : a.size(2);
   const float *ap = a.data<float>(), *bp = b.data<float>();
   float* cp = c.data<float>();
-  const int threads = cpu_num_threads();
+  const int threads =
+      parallel_threads(batch * m * n * k, 4 * batch * (m * k + k * n + m * n), cpu_num_threads());
   const int64_t lda = p.trans_a ? m : k, ldb = p.trans_b ? k : n;
   // Small matrices: one single-threaded GEMM per batch entry, entries spread over threads. Large
   // ones: one after the other, each on all threads.

@@ -1,12 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// parallel_for: the one OpenMP loop of the fast kernels. Runs body(i, thread) for i in [0, n) on up
-// to `threads` OpenMP threads (dynamic schedule, one index at a time: callers pass coarse work
-// items), with `thread` in [0, team) for per-thread scratch. An exception thrown by a body must not
-// escape an OpenMP region, so the first one is kept, the remaining items are skipped and it is
-// re-thrown after the loop.
+// parallel_for: the one OpenMP loop of the fast kernels, and parallel_threads: the one rule for how
+// many threads a kernel of a given size may use.
 //
-//   std::vector<std::vector<float>> scratch(threads);
-//   parallel_for(tiles, threads, [&](int64_t t, int th) { use(scratch[th], t); });
+// parallel_for runs body(i, thread) for i in [0, n) on up to `threads` OpenMP threads (dynamic
+// schedule, one index at a time: callers pass coarse work items), with `thread` in [0, team) for
+// per-thread scratch. An exception thrown by a body must not escape an OpenMP region, so the first
+// one is kept, the remaining items are skipped and it is re-thrown after the loop.
+//
+// Small work stays on the calling thread. Starting an OpenMP team costs a few microseconds on idle
+// cores, but on cores shared with other processes a worker may only run after the scheduler's next
+// slice (measured: a 2-thread GEMV of 0.1 ms took ~7 ms under load, 2 threads on 2 busy cores).
+// So every kernel asks parallel_threads(work) first: one thread below kMinParallelMacs
+// multiply-adds (or elementwise operations) and kMinParallelBytes bytes touched, and beyond that at
+// most one thread per such amount of work.
+//
+//   const int t = parallel_threads(m * n * k, bytes, cpu_num_threads());
+//   std::vector<std::vector<float>> scratch(team_size(tiles, t));
+//   parallel_for(tiles, t, [&](int64_t i, int th) { use(scratch[th], i); });
 #pragma once
 
 #include <omp.h>
@@ -17,6 +27,21 @@
 #include <exception>
 
 namespace tandem::cpu {
+
+// Work per thread below which a kernel does not start (another) thread: 64 Ki multiply-adds (or
+// elementwise operations), or 256 KiB of memory read + written. Either amount takes ~5-20 us on
+// one core here, about the cost of waking a parked OpenMP worker.
+inline constexpr int64_t kMinParallelMacs = int64_t{64} << 10;
+inline constexpr int64_t kMinParallelBytes = int64_t{256} << 10;
+
+// Threads for a kernel doing `macs` multiply-adds (or elementwise operations) over `bytes` bytes,
+// given `threads` available: 1 for small work, else at most one per kMinParallelMacs /
+// kMinParallelBytes (whichever allows more), never more than `threads`.
+inline int parallel_threads(int64_t macs, int64_t bytes, int threads) {
+  const int64_t by_work =
+      std::max(macs / kMinParallelMacs, bytes / kMinParallelBytes);  // 0 for small work
+  return static_cast<int>(std::clamp<int64_t>(by_work, 1, std::max(threads, 1)));
+}
 
 template <class F>
 void parallel_for(int64_t n, int threads, F&& body) {

@@ -117,4 +117,30 @@ struct V {
     nibbles(b->qs, q);
     for (int i = 0; i < 4; ++i) w[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q[i]), m);
   }
+
+  // GEMV helpers (see simd_avx512.h): scales one at a time through F16C, codes widened 8 at a time.
+  static void block_scales(const uint8_t* p, int64_t stride, int64_t n, float* d, float* m) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h[2];
+      std::memcpy(h, p + i * stride, 4);
+      d[i] = _cvtsh_ss(h[0]);
+      if (m) m[i] = _cvtsh_ss(h[1]);
+    }
+  }
+  static constexpr bool kLut16 = false;  // no 16-entry float table lookup
+  static void q4_values(const uint8_t* qs, T* q) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m256i b0 = _mm256_cvtepu8_epi32(bytes);
+    const __m256i b1 = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+    const __m256i m4 = _mm256_set1_epi32(15);
+    q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, m4));
+    q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, m4));
+    q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+    q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
+  }
+  static void q8_values(const int8_t* qs, T* q) {
+    for (int i = 0; i < 4; ++i)
+      q[i] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))));
+  }
 };

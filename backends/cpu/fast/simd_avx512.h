@@ -103,4 +103,48 @@ struct V {
     w[0] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lo), m);
     w[1] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(hi), m);
   }
+
+  // GEMV helpers. Block scales: the f16 d (and, when m is not null, the f16 word after it: Q4_1's
+  // min) of n blocks `stride` bytes apart, as floats; one gather per 16 blocks (each reads the
+  // block's first 4 bytes, inside the block).
+  static void block_scales(const uint8_t* p, int64_t stride, int64_t n, float* d, float* m) {
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int>(stride)));
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 k = mask(n - i < 16 ? n - i : 16);
+      const __m512i v =
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, p + i * stride, 1);
+      _mm512_mask_storeu_ps(d + i, k, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+      if (m)
+        _mm512_mask_storeu_ps(m + i, k,
+                              _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
+    }
+  }
+  // The 32 unsigned 4-bit codes of a Q4 block (16 bytes, low nibbles = elements 0..15) as floats
+  // 0..15 in element order: one zero-extension to 16 dwords, then mask / shift.
+  static void q4_values(const uint8_t* qs, T* q) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+    q[0] = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+    q[1] = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+  }
+  // Q4 codes decoded by table lookup: w[0..1] = lut[code] for the 32 codes of a block in element
+  // order, lut holding the 16 values d * q + o of one block. vpermps uses the low 4 bits of each
+  // index lane, so the zero-extended bytes index the low nibbles as they are.
+  static constexpr bool kLut16 = true;
+  static T lut16(float d, float o) {
+    return _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_ps(d), _mm512_set1_ps(o));
+  }
+  static void q4_lookup(const uint8_t* qs, T lut, T* w) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+    w[0] = _mm512_permutexvar_ps(b, lut);
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+  }
+  // The 32 int8 codes of a Q8_0 block as floats.
+  static void q8_values(const int8_t* qs, T* q) {
+    for (int i = 0; i < 2; ++i)
+      q[i] = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * i))));
+  }
 };

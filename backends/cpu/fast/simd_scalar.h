@@ -48,4 +48,24 @@ struct V {
   static void load_block(const BlockQ8_0* b, T* w) { dequant_block(*b, w); }
   static void load_block(const BlockQ4_0* b, T* w) { dequant_block(*b, w); }
   static void load_block(const BlockQ4_1* b, T* w) { dequant_block(*b, w); }
+
+  // GEMV helpers (see simd_avx512.h).
+  static void block_scales(const uint8_t* p, int64_t stride, int64_t n, float* d, float* m) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h[2];
+      std::memcpy(h, p + i * stride, 4);
+      d[i] = f16_to_f32(h[0]);
+      if (m) m[i] = f16_to_f32(h[1]);
+    }
+  }
+  static constexpr bool kLut16 = false;  // no 16-entry float table lookup
+  static void q4_values(const uint8_t* qs, T* q) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = static_cast<float>(qs[j] & 0x0f);
+      q[j + 16] = static_cast<float>(qs[j] >> 4);
+    }
+  }
+  static void q8_values(const int8_t* qs, T* q) {
+    for (int j = 0; j < 32; ++j) q[j] = static_cast<float>(qs[j]);
+  }
 };
