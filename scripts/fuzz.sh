@@ -3,18 +3,22 @@
 # Builds the libFuzzer targets with clang (+ address/undefined sanitizers) in build-fuzz and runs each for
 # SECONDS (default 60), starting from the stored corpus. New inputs that raise coverage are written to
 # build-fuzz/corpus-<target>/ (copy the interesting ones into tests/fuzz/corpus/ by hand).
-# Usage: scripts/fuzz.sh [seconds]
+# Usage: scripts/fuzz.sh [seconds] [targets...]   (BUILD_DIR overrides build-fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=OFF \
+shift || true
+targets=${*:-json_inputs gguf}
+build=${BUILD_DIR:-build-fuzz}
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=OFF \
   -DTANDEM_FUZZ=ON -DTANDEM_SANITIZE=address,undefined -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_EXAMPLES=OFF \
   -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target json_inputs_fuzz
-for target in json_inputs; do
-  corpus=build-fuzz/corpus-$target
+for target in $targets; do cmake --build "$build" -j "$(nproc)" --target "${target}_fuzz"; done
+declare -A seeds=([json_inputs]=json [gguf]=gguf)
+for target in $targets; do
+  corpus=$build/corpus-$target
   mkdir -p "$corpus"
   echo "== fuzzing $target for $seconds s"
-  ASAN_OPTIONS=allocator_may_return_null=1 build-fuzz/bin/${target}_fuzz "$corpus" \
-    tests/fuzz/corpus/json -max_total_time="$seconds" -print_final_stats=1
+  ASAN_OPTIONS=allocator_may_return_null=1 "$build/bin/${target}_fuzz" "$corpus" \
+    "tests/fuzz/corpus/${seeds[$target]}" -max_total_time="$seconds" -print_final_stats=1
 done

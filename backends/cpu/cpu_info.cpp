@@ -3,6 +3,10 @@
 
 #include <unistd.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <fstream>
 #include <thread>
 
@@ -45,7 +49,10 @@ CpuInfo detect() {
   __builtin_cpu_init();
   info.avx2 = __builtin_cpu_supports("avx2");
   info.fma = __builtin_cpu_supports("fma");
-  info.f16c = __builtin_cpu_supports("f16c");
+  {  // clang 14's __builtin_cpu_supports has no "f16c": read CPUID leaf 1, ECX bit 29 directly
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    info.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  }
   info.avx512f = __builtin_cpu_supports("avx512f");
   info.avx512bw = __builtin_cpu_supports("avx512bw");
   info.avx512vnni = __builtin_cpu_supports("avx512vnni");

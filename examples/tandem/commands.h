@@ -29,8 +29,15 @@ struct BenchOptions {
   bool no_progress = false;
 };
 
+struct InspectOptions {
+  std::string model;  // empty: the default model (fetched on first use)
+  std::string output = "md";
+  bool no_progress = false;
+};
+
 int run_devices(const DevicesOptions& o);
 int run_profile(const ProfileOptions& o);
 int run_bench(const BenchOptions& o);
+int run_inspect(const InspectOptions& o);
 
 }  // namespace tandem::cli

