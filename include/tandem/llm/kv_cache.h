@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// KvCache: the keys and values of one sequence, per layer and per KV head, as a ragged list of
+// fixed-size blocks, so that KV-cache policies (eviction such as ClusterAttn, mixed precision such
+// as QoKV) work on real memory.
+//
+// Layout: cache[layer][kv_head] is a list of KvBlocks. A block holds up to block_tokens token
+// slots: K rows [block_tokens, head_dim] and V rows [block_tokens, head_dim] in the block's dtype
+// (f32 today; the dtype field lets f16 or quantized blocks sit beside f32 ones later), plus the
+// token position of every slot (keys are stored after RoPE, so a slot keeps the position it was
+// rotated with and causal masking compares positions, not slot indices). Blocks are Tensors from
+// the device allocator: memory_stats(device) counts the cache's bytes, and a block that is
+// dropped (retain(), clear()) is freed at once. Heads may hold different token sets after eviction.
+//
+//   KvCache cache(KvCacheShape{.n_layers = 30, .n_kv_heads = 3, .head_dim = 64});
+//   cache.append(layer, k_rows, v_rows, positions);     // k_rows, v_rows: f32 [T, Hkv, D]
+//   for (const KvBlock& b : cache.blocks(layer, head)) { ... b.k, b.v, b.positions, b.used ... }
+//   cache.retain(layer, head, {0, 1, 7});               // keep 3 slots, free the rest
+//
+// Policies: a KvPolicy is told when a prefill ends and may edit the cache (evict, requantize);
+// FullCachePolicy, which keeps everything, is the first one. Thread-safety: a KvCache belongs to
+// one sequence and is not shared; blocks of different heads may be read concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tandem/core/device.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/tensor.h"
+#include "tandem/export.h"
+
+namespace tandem::llm {
+
+// One block of token slots of one (layer, KV head).
+struct KvBlock {
+  DType dtype = DType::kF32;       // storage type of k and v
+  Tensor k;                        // [block_tokens, head_dim]
+  Tensor v;                        // [block_tokens, head_dim]
+  std::vector<int32_t> positions;  // token position of slots [0, used)
+  int32_t used = 0;                // slots filled
+};
+
+struct KvCacheShape {
+  int n_layers = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int block_tokens = 32;  // token slots per block
+  Device device = Device::cpu();
+};
+
+class KvCache;
+
+// A policy over the cache. Hooks run on the caller's thread.
+class TANDEM_API KvPolicy {
+ public:
+  virtual ~KvPolicy() = default;
+  virtual std::string name() const = 0;
+  // Called once a prompt has been prefilled (before the first decode step).
+  virtual void on_prefill_done(KvCache& cache) { (void)cache; }
+  // Called after every decode step's tokens were appended to all layers.
+  virtual void on_decode_step(KvCache& cache) { (void)cache; }
+};
+
+// Keeps every token: the baseline every eviction policy is compared with.
+class TANDEM_API FullCachePolicy : public KvPolicy {
+ public:
+  std::string name() const override { return "full"; }
+};
+
+class TANDEM_API KvCache {
+ public:
+  // InvalidArgument for non-positive sizes. The policy defaults to FullCachePolicy.
+  explicit KvCache(const KvCacheShape& shape, std::shared_ptr<KvPolicy> policy = nullptr);
+  KvCache(KvCache&&) noexcept = default;
+  KvCache& operator=(KvCache&&) noexcept = default;
+
+  const KvCacheShape& shape() const { return shape_; }
+  KvPolicy& policy() const { return *policy_; }
+
+  // Appends T tokens to `layer`: k_rows and v_rows f32 [T, n_kv_heads, head_dim] (contiguous),
+  // positions of length T. Every head of the layer gets the T slots.
+  void append(int layer, const Tensor& k_rows, const Tensor& v_rows,
+              std::span<const int32_t> positions);
+
+  // The blocks of one (layer, KV head), in insertion order; slots [0, used) of each are valid.
+  const std::vector<KvBlock>& blocks(int layer, int head) const;
+  // Tokens held by one (layer, KV head).
+  int64_t tokens(int layer, int head) const;
+  // Tokens of the largest head over all layers (the sequence length for the full cache).
+  int64_t max_tokens() const;
+  // Position the next token of the sequence gets: one past the largest position ever appended
+  // (eviction does not change it).
+  int32_t next_position() const { return next_position_; }
+
+  // Keeps only the given slots (indices into the head's token list, in the order blocks() lists
+  // them; ascending, no duplicates) of one (layer, head): they are copied into fresh blocks and
+  // the old blocks are freed. InvalidArgument for bad indices.
+  void retain(int layer, int head, std::span<const int64_t> slots);
+  // Drops every token (memory is freed) and resets next_position().
+  void clear();
+
+  // Bytes of all allocated blocks (K, V; what the allocator charged for them).
+  int64_t bytes() const;
+  // Bytes of one block of the given dtype.
+  int64_t block_bytes(DType dtype = DType::kF32) const;
+
+ private:
+  std::vector<KvBlock>& head_blocks(int layer, int head);
+  KvBlock new_block(DType dtype) const;
+
+  KvCacheShape shape_;
+  std::shared_ptr<KvPolicy> policy_;
+  std::vector<std::vector<KvBlock>> heads_;  // [layer * n_kv_heads + head]
+  int32_t next_position_ = 0;
+};
+
+}  // namespace tandem::llm

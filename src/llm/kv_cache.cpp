@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// KvCache: block lists per (layer, KV head); see kv_cache.h.
+#include "tandem/llm/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tandem/core/error.h"
+
+namespace tandem::llm {
+
+KvCache::KvCache(const KvCacheShape& shape, std::shared_ptr<KvPolicy> policy)
+    : shape_(shape), policy_(std::move(policy)) {
+  if (shape.n_layers <= 0 || shape.n_kv_heads <= 0 || shape.head_dim <= 0 ||
+      shape.block_tokens <= 0) {
+    throw InvalidArgument(cat("KvCache: sizes must be positive (layers ", shape.n_layers,
+                              ", kv heads ", shape.n_kv_heads, ", head_dim ", shape.head_dim,
+                              ", block_tokens ", shape.block_tokens, ")"));
+  }
+  if (shape.device.type != DeviceType::kCpu) {
+    throw Unsupported("KvCache: only CPU caches are implemented (device " +
+                      shape.device.to_string() + ")");
+  }
+  if (!policy_) policy_ = std::make_shared<FullCachePolicy>();
+  heads_.resize(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads);
+}
+
+std::vector<KvBlock>& KvCache::head_blocks(int layer, int head) {
+  if (layer < 0 || layer >= shape_.n_layers || head < 0 || head >= shape_.n_kv_heads) {
+    throw InvalidArgument(cat("KvCache: (layer ", layer, ", head ", head, ") outside ",
+                              shape_.n_layers, " layers x ", shape_.n_kv_heads, " kv heads"));
+  }
+  return heads_[static_cast<size_t>(layer) * shape_.n_kv_heads + head];
+}
+
+const std::vector<KvBlock>& KvCache::blocks(int layer, int head) const {
+  return const_cast<KvCache*>(this)->head_blocks(layer, head);
+}
+
+KvBlock KvCache::new_block(DType dtype) const {
+  if (dtype != DType::kF32) {
+    throw Unsupported(cat("KvCache: blocks of dtype ", dtype_name(dtype), " are not implemented"));
+  }
+  KvBlock b;
+  b.dtype = dtype;
+  b.k = Tensor::empty({shape_.block_tokens, shape_.head_dim}, dtype, shape_.device);
+  b.v = Tensor::empty({shape_.block_tokens, shape_.head_dim}, dtype, shape_.device);
+  b.positions.reserve(shape_.block_tokens);
+  return b;
+}
+
+void KvCache::append(int layer, const Tensor& k_rows, const Tensor& v_rows,
+                     std::span<const int32_t> positions) {
+  const int64_t t = static_cast<int64_t>(positions.size());
+  const Shape want{t, shape_.n_kv_heads, shape_.head_dim};
+  for (const Tensor* x : {&k_rows, &v_rows}) {
+    if (x->shape() != want || x->dtype() != DType::kF32 || !x->is_contiguous() ||
+        x->device() != Device::cpu()) {
+      throw InvalidArgument(cat("KvCache::append(layer ", layer, "): rows ", x->to_string(),
+                                " must be contiguous f32 cpu ", want.to_string()));
+    }
+  }
+  head_blocks(layer, 0);  // validates the layer
+  const int64_t d = shape_.head_dim;
+  const auto* k = k_rows.data<float>();
+  const auto* v = v_rows.data<float>();
+  for (int h = 0; h < shape_.n_kv_heads; ++h) {
+    auto& list = head_blocks(layer, h);
+    for (int64_t i = 0; i < t; ++i) {
+      if (list.empty() || list.back().used == shape_.block_tokens) {
+        list.push_back(new_block(DType::kF32));
+      }
+      KvBlock& b = list.back();
+      const int64_t src = (i * shape_.n_kv_heads + h) * d;
+      std::memcpy(b.k.data<float>() + b.used * d, k + src, d * sizeof(float));
+      std::memcpy(b.v.data<float>() + b.used * d, v + src, d * sizeof(float));
+      b.positions.push_back(positions[i]);
+      ++b.used;
+    }
+  }
+  for (int32_t p : positions) next_position_ = std::max(next_position_, p + 1);
+}
+
+int64_t KvCache::tokens(int layer, int head) const {
+  int64_t n = 0;
+  for (const KvBlock& b : blocks(layer, head)) n += b.used;
+  return n;
+}
+
+int64_t KvCache::max_tokens() const {
+  int64_t best = 0;
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    for (int h = 0; h < shape_.n_kv_heads; ++h) best = std::max(best, tokens(l, h));
+  }
+  return best;
+}
+
+void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
+  auto& list = head_blocks(layer, head);
+  const int64_t total = tokens(layer, head);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] < 0 || slots[i] >= total || (i > 0 && slots[i] <= slots[i - 1])) {
+      throw InvalidArgument(
+          cat("KvCache::retain(layer ", layer, ", head ", head, "): slot ", slots[i], " at index ",
+              i, " is out of range or not ascending (head holds ", total, " tokens)"));
+    }
+  }
+  std::vector<KvBlock> kept;
+  const int64_t d = shape_.head_dim;
+  size_t next = 0;
+  int64_t base = 0;
+  for (const KvBlock& b : list) {
+    const auto* bk = b.k.data<float>();
+    const auto* bv = b.v.data<float>();
+    while (next < slots.size() && slots[next] < base + b.used) {
+      const int64_t s = slots[next] - base;
+      if (kept.empty() || kept.back().used == shape_.block_tokens) {
+        kept.push_back(new_block(b.dtype));
+      }
+      KvBlock& o = kept.back();
+      std::memcpy(o.k.data<float>() + o.used * d, bk + s * d, d * sizeof(float));
+      std::memcpy(o.v.data<float>() + o.used * d, bv + s * d, d * sizeof(float));
+      o.positions.push_back(b.positions[s]);
+      ++o.used;
+      ++next;
+    }
+    base += b.used;
+  }
+  list = std::move(kept);  // the old blocks' buffers are released here
+}
+
+void KvCache::clear() {
+  for (auto& list : heads_) list.clear();
+  next_position_ = 0;
+}
+
+int64_t KvCache::block_bytes(DType dtype) const {
+  return 2 * shape_.block_tokens * dtype_row_bytes(dtype, shape_.head_dim);
+}
+
+int64_t KvCache::bytes() const {
+  int64_t n = 0;
+  for (const auto& list : heads_) {
+    for (const KvBlock& b : list) n += b.k.nbytes() + b.v.nbytes();
+  }
+  return n;
+}
+
+}  // namespace tandem::llm

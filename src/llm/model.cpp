@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// Model loading: ModelConfig from GGUF metadata and the weights as zero-copy tensors; see model.h.
+#include "tandem/llm/model.h"
+
+#include "tandem/core/error.h"
+#include "tandem/llm/gguf.h"
+
+namespace tandem::llm {
+namespace {
+
+int64_t require_int(const GgufFile& f, const std::string& key) {
+  auto v = f.find_int(key);
+  if (!v) throw NotFound(cat(f.path(), ": model metadata key '", key, "' is missing"));
+  return *v;
+}
+
+int positive_int(const GgufFile& f, const std::string& key, int64_t v) {
+  if (v <= 0 || v > (int64_t{1} << 30)) {
+    throw ParseError(f.path(), -1, cat("metadata '", key, "' = ", v, " is out of range"));
+  }
+  return static_cast<int>(v);
+}
+
+bool is_weight_dtype(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
+         t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+
+Tensor weight(const GgufFile& f, const std::string& name, const Shape& shape, bool f32_only) {
+  if (f.find_tensor(name) == nullptr) {
+    throw NotFound(cat(f.path(), ": tensor '", name, "' is missing"));
+  }
+  Tensor t = f.tensor(name);
+  if (t.shape() != shape) {
+    throw ParseError(f.path(), -1,
+                     cat("tensor '", name, "' has shape ", t.shape().to_string(), ", expected ",
+                         shape.to_string()));
+  }
+  if (f32_only ? t.dtype() != DType::kF32 : !is_weight_dtype(t.dtype())) {
+    throw Unsupported(cat(f.path(), ": tensor '", name, "' has dtype ", dtype_name(t.dtype()),
+                          f32_only ? " (norm weights must be f32)" : " (not a weight dtype)"));
+  }
+  return t;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  auto arch = f.find_string("general.architecture");
+  if (!arch) throw NotFound(f.path() + ": metadata key 'general.architecture' is missing");
+  c.arch = *arch;
+  if (c.arch != "llama") {
+    throw Unsupported(
+        cat(f.path(), ": architecture '", c.arch, "' is not supported (supported: llama)"));
+  }
+  c.name = f.find_string("general.name").value_or("");
+  const std::string a = c.arch + ".";
+  c.n_layers = positive_int(f, a + "block_count", require_int(f, a + "block_count"));
+  c.d_model = positive_int(f, a + "embedding_length", require_int(f, a + "embedding_length"));
+  c.d_ff = positive_int(f, a + "feed_forward_length", require_int(f, a + "feed_forward_length"));
+  c.n_heads =
+      positive_int(f, a + "attention.head_count", require_int(f, a + "attention.head_count"));
+  c.n_kv_heads = positive_int(f, a + "attention.head_count_kv",
+                              f.find_int(a + "attention.head_count_kv").value_or(c.n_heads));
+  c.context_length = positive_int(f, a + "context_length", require_int(f, a + "context_length"));
+  auto eps = f.find_float(a + "attention.layer_norm_rms_epsilon");
+  if (!eps) {
+    throw NotFound(
+        cat(f.path(), ": model metadata key '", a, "attention.layer_norm_rms_epsilon' is missing"));
+  }
+  c.rms_eps = static_cast<float>(*eps);
+  c.rope_theta = static_cast<float>(f.find_float(a + "rope.freq_base").value_or(10000.0));
+  if (c.d_model % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0) {
+    throw ParseError(f.path(), -1,
+                     cat("embedding_length ", c.d_model, ", head_count ", c.n_heads,
+                         ", head_count_kv ", c.n_kv_heads, " do not divide evenly"));
+  }
+  c.head_dim = c.d_model / c.n_heads;
+  c.rope_dim = positive_int(f, a + "rope.dimension_count",
+                            f.find_int(a + "rope.dimension_count").value_or(c.head_dim));
+  if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
+    throw ParseError(
+        f.path(), -1,
+        cat("rope.dimension_count ", c.rope_dim, " does not fit head_dim ", c.head_dim));
+  }
+  if (auto scaling = f.find_string(a + "rope.scaling.type"); scaling && *scaling != "none") {
+    throw Unsupported(cat(f.path(), ": RoPE scaling '", *scaling, "' is not supported"));
+  }
+  if (!(c.rope_theta > 0.0f) || !(c.rms_eps > 0.0f)) {
+    throw ParseError(
+        f.path(), -1,
+        cat("rope.freq_base ", c.rope_theta, " and rms epsilon ", c.rms_eps, " must be positive"));
+  }
+  // The embedding's rows are the model's vocabulary (some files pad it past the token list).
+  if (const GgufTensorInfo* t = f.find_tensor("token_embd.weight");
+      t != nullptr && t->shape.rank() == 2) {
+    c.vocab_size = t->shape[0];
+  } else if (f.has("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int64_t>(f.get_string_array("tokenizer.ggml.tokens").size());
+  } else {
+    throw NotFound(f.path() +
+                   ": neither token_embd.weight nor tokenizer.ggml.tokens gives the "
+                   "vocabulary size");
+  }
+  return c;
+}
+
+Model Model::load(const std::string& path) { return Model(std::make_shared<const GgufFile>(path)); }
+
+Model::Model(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {
+  TANDEM_CHECK(file_ != nullptr) << "Model: null GgufFile";
+  const GgufFile& f = *file_;
+  config_ = ModelConfig::from_gguf(f);
+  const ModelConfig& c = config_;
+  const int64_t d = c.d_model, q_dim = int64_t{c.n_heads} * c.head_dim,
+                kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  token_embd_ = weight(f, "token_embd.weight", {c.vocab_size, d}, false);
+  output_norm_ = weight(f, "output_norm.weight", {d}, true);
+  if (f.find_tensor("output.weight") != nullptr) {
+    output_ = weight(f, "output.weight", {c.vocab_size, d}, false);
+  } else {
+    output_ = token_embd_;
+    output_tied_ = true;
+  }
+  layers_.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = cat("blk.", i, ".");
+    LayerWeights& w = layers_[i];
+    w.attn_norm = weight(f, p + "attn_norm.weight", {d}, true);
+    w.wq = weight(f, p + "attn_q.weight", {q_dim, d}, false);
+    w.wk = weight(f, p + "attn_k.weight", {kv_dim, d}, false);
+    w.wv = weight(f, p + "attn_v.weight", {kv_dim, d}, false);
+    w.wo = weight(f, p + "attn_output.weight", {d, q_dim}, false);
+    w.ffn_norm = weight(f, p + "ffn_norm.weight", {d}, true);
+    w.w_gate = weight(f, p + "ffn_gate.weight", {c.d_ff, d}, false);
+    w.w_up = weight(f, p + "ffn_up.weight", {c.d_ff, d}, false);
+    w.w_down = weight(f, p + "ffn_down.weight", {d, c.d_ff}, false);
+  }
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t n = token_embd_.nbytes() + output_norm_.nbytes() + (output_tied_ ? 0 : output_.nbytes());
+  for (const LayerWeights& w : layers_) {
+    for (const Tensor* t :
+         {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down}) {
+      n += t->nbytes();
+    }
+  }
+  return n;
+}
+
+KvCache Model::make_cache(std::shared_ptr<KvPolicy> policy, int block_tokens) const {
+  KvCacheShape s;
+  s.n_layers = config_.n_layers;
+  s.n_kv_heads = config_.n_kv_heads;
+  s.head_dim = config_.head_dim;
+  s.block_tokens = block_tokens;
+  return KvCache(s, std::move(policy));
+}
+
+}  // namespace tandem::llm

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// cache_attention: attention of a chunk of queries over the block lists of a KvCache (see model.h).
+// Per (query token, query head): walk the KV head's blocks, score the visible slots (position <=
+// query position), and fold each block into a running (max, sum, accumulator) triple, so the
+// softmax is stable without materialising a row of scores. Work items are (token, KV head) pairs;
+// the query heads of a GQA group share each K/V row read.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tandem/core/backend.h"
+#include "tandem/core/error.h"
+#include "tandem/llm/model.h"
+
+namespace tandem::llm {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The inner loops, compiled for AVX-512, AVX2+FMA and baseline x86-64 (picked at load time), since
+// the library itself is built for the baseline ISA.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TANDEM_ATTN_CLONES \
+  __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#else
+#define TANDEM_ATTN_CLONES
+#endif
+
+// scores[g * stride + s] = scale * q_g . k_s for the visible slots (position <= qpos), -inf for
+// the others; returns the number of visible slots.
+TANDEM_ATTN_CLONES int score_block(const float* q0, int64_t group, int64_t d, const float* kb,
+                                   const int32_t* positions, int used, int32_t qpos, float scale,
+                                   float* scores, int64_t stride) {
+  int visible = 0;
+  for (int s = 0; s < used; ++s) {
+    const bool sees = positions[s] <= qpos;
+    visible += sees;
+    const float* kr = kb + s * d;
+    for (int64_t g = 0; g < group; ++g) {
+      if (!sees) {
+        scores[g * stride + s] = kNegInf;
+        continue;
+      }
+      const float* qv = q0 + g * d;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < d; ++i) dot += qv[i] * kr[i];
+      scores[g * stride + s] = dot * scale;
+    }
+  }
+  return visible;
+}
+
+// acc += sum_s exp(sc[s] - m) * v_s over the visible slots; returns the sum of the weights.
+TANDEM_ATTN_CLONES float accumulate_block(const float* sc, int used, float m, const float* vb,
+                                          int64_t d, float* acc) {
+  float sum = 0.0f;
+  for (int s = 0; s < used; ++s) {
+    if (sc[s] == kNegInf) continue;
+    const float p = std::exp(sc[s] - m);
+    sum += p;
+    const float* vr = vb + s * d;
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) acc[i] += p * vr[i];
+  }
+  return sum;
+}
+
+}  // namespace
+
+void cache_attention(const Tensor& q, std::span<const int32_t> positions, const KvCache& cache,
+                     int layer, Tensor& out, float scale) {
+  const KvCacheShape& cs = cache.shape();
+  if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
+      q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||
+      q.size(1) % cs.n_kv_heads != 0) {
+    throw InvalidArgument(cat("cache_attention: q ", q.to_string(), " must be contiguous f32 [",
+                              positions.size(), ", k*", cs.n_kv_heads, ", ", cs.head_dim, "]"));
+  }
+  if (out.shape() != q.shape() || out.dtype() != DType::kF32 || !out.is_contiguous()) {
+    throw InvalidArgument(
+        cat("cache_attention: out ", out.to_string(), " must be f32 ", q.shape().to_string()));
+  }
+  const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim;
+  const int64_t group = hq / cs.n_kv_heads;
+  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* qd = q.data<float>();
+  float* od = out.data<float>();
+  const int64_t hkv = cs.n_kv_heads;
+  // A work item is one (token, KV head): the `group` query heads that share the KV head are
+  // scored together, so each K/V row is read once per group.
+  const int64_t items = t_count * hkv;
+  // Validates the layer (the parallel region below must not throw). Cost estimate: every query
+  // head reads the whole KV head once (2*d multiply-adds per slot).
+  const int64_t work = t_count * hq * cache.tokens(layer, 0) * d * 2;
+  const int threads = static_cast<int>(std::clamp<int64_t>(
+      work / (int64_t{64} << 10), 1, std::min<int64_t>(items, cpu_num_threads())));
+  const int bt = cs.block_tokens;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> scores(group * bt);
+    std::vector<float> acc(group * d), m(group), sum(group);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t t = item / hkv, kvh = item % hkv;
+      const int32_t qpos = positions[t];
+      const float* q0 = qd + (t * hq + kvh * group) * d;  // the group's query rows, contiguous
+      std::fill(m.begin(), m.end(), kNegInf);
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (const KvBlock& b : cache.blocks(layer, static_cast<int>(kvh))) {
+        const float* kb = b.k.data<float>();
+        const float* vb = b.v.data<float>();
+        const int visible = score_block(q0, group, d, kb, b.positions.data(), b.used, qpos, scale,
+                                        scores.data(), bt);
+        if (visible == 0) continue;
+        for (int64_t g = 0; g < group; ++g) {
+          float* sc = scores.data() + g * bt;
+          float* ac = acc.data() + g * d;
+          const float bmax = *std::max_element(sc, sc + b.used);
+          if (bmax > m[g]) {
+            const float r = std::exp(m[g] - bmax);  // 0 on the first visible block
+            sum[g] *= r;
+            for (int64_t i = 0; i < d; ++i) ac[i] *= r;
+            m[g] = bmax;
+          }
+          sum[g] += accumulate_block(sc, b.used, m[g], vb, d, ac);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* o = od + (t * hq + kvh * group + g) * d;
+        const float inv = sum[g] > 0.0f ? 1.0f / sum[g] : 0.0f;
+        for (int64_t i = 0; i < d; ++i) o[i] = acc[g * d + i] * inv;
+      }
+    }
+  }
+}
+
+}  // namespace tandem::llm

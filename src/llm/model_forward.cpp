@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Model::forward: one chunk of tokens through the LLaMA decoder stack (see model.h).
+#include <algorithm>
+
+#include "tandem/core/error.h"
+#include "tandem/llm/model.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::llm {
+
+Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                      KvCache& cache, const ForwardOptions& options) const {
+  const ModelConfig& c = config_;
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  if (t == 0 || positions.size() != tokens.size()) {
+    throw InvalidArgument(cat("Model::forward: ", tokens.size(), " tokens and ", positions.size(),
+                              " positions (need the same non-zero count)"));
+  }
+  const KvCacheShape& cs = cache.shape();
+  if (cs.n_layers != c.n_layers || cs.n_kv_heads != c.n_kv_heads || cs.head_dim != c.head_dim) {
+    throw InvalidArgument(cat("Model::forward: cache shaped for ", cs.n_layers, " layers, ",
+                              cs.n_kv_heads, " kv heads, head_dim ", cs.head_dim,
+                              "; the model has ", c.n_layers, ", ", c.n_kv_heads, ", ",
+                              c.head_dim));
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    if (positions[i] < 0) {
+      throw InvalidArgument(cat("Model::forward: negative position ", positions[i], " at ", i));
+    }
+  }
+  const int64_t d = c.d_model, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
+                kv_dim = int64_t{c.n_kv_heads} * hd;
+  Tensor ids =
+      Tensor::from_vector(std::vector<int32_t>(tokens.begin(), tokens.end()), {t}, DType::kI32);
+  Tensor pos = Tensor::from_vector(std::vector<int32_t>(positions.begin(), positions.end()), {t},
+                                   DType::kI32);
+  Tensor x = Tensor::empty({t, d}, DType::kF32);
+  ops::embedding(token_embd_, ids, x);  // InvalidArgument for ids outside the vocabulary
+
+  Tensor h = Tensor::empty({t, d}, DType::kF32);
+  Tensor q = Tensor::empty({t, q_dim}, DType::kF32);
+  Tensor k = Tensor::empty({t, kv_dim}, DType::kF32);
+  Tensor v = Tensor::empty({t, kv_dim}, DType::kF32);
+  Tensor attn = Tensor::empty({t, q_dim}, DType::kF32);
+  Tensor gate = Tensor::empty({t, c.d_ff}, DType::kF32);
+  Tensor up = Tensor::empty({t, c.d_ff}, DType::kF32);
+  Tensor q3 = q.reshape({t, int64_t{c.n_heads}, hd});
+  Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
+  Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
+  Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
+  const ops::GemmParams tb{.trans_b = true};
+  const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f};  // x += a W^T
+  const ops::NormParams norm{.eps = c.rms_eps};
+  const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = layers_[l];
+    ops::rms_norm(x, w.attn_norm, h, norm);
+    ops::gemm(h, w.wq, q, tb);
+    ops::gemm(h, w.wk, k, tb);
+    ops::gemm(h, w.wv, v, tb);
+    ops::rope(q3, pos, q3, rope);
+    ops::rope(k3, pos, k3, rope);
+    cache.append(l, k3, v3, positions);
+    cache_attention(q3, positions, cache, l, attn3);
+    ops::gemm(attn, w.wo, x, tb_acc);
+    ops::rms_norm(x, w.ffn_norm, h, norm);
+    ops::gemm(h, w.w_gate, gate, tb);
+    ops::gemm(h, w.w_up, up, tb);
+    ops::silu(gate, gate);
+    ops::mul(gate, up, gate);
+    ops::gemm(gate, w.w_down, x, tb_acc);
+  }
+
+  Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
+  const int64_t rows = last.size(0);
+  Tensor normed = Tensor::empty({rows, d}, DType::kF32);
+  ops::rms_norm(last, output_norm_, normed, norm);
+  Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32);
+  ops::gemm(normed, output_, logits, tb);
+  return logits;
+}
+
+}  // namespace tandem::llm

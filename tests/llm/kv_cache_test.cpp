@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+// KvCache: block layout, positions, retain (eviction frees memory), byte accounting, and the cache
+// attention kernel against the CPU reference attention op.
+#include "tandem/llm/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "tandem/core/allocator.h"
+#include "tandem/core/error.h"
+#include "tandem/llm/model.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::llm {
+namespace {
+
+Tensor random_tensor(const Shape& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (float& x : v) x = nd(rng);
+  return Tensor::from_vector(v, s, DType::kF32);
+}
+
+KvCacheShape small_shape() {
+  KvCacheShape s;
+  s.n_layers = 2;
+  s.n_kv_heads = 3;
+  s.head_dim = 8;
+  s.block_tokens = 4;
+  return s;
+}
+
+TEST(KvCache, AppendFillsBlocksPerHeadWithPositions) {
+  KvCache cache(small_shape());
+  Tensor k = random_tensor({6, 3, 8}, 1), v = random_tensor({6, 3, 8}, 2);
+  std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5};
+  cache.append(1, k, v, pos);
+  EXPECT_EQ(cache.tokens(1, 2), 6);
+  EXPECT_EQ(cache.tokens(0, 0), 0);
+  EXPECT_EQ(cache.next_position(), 6);
+  const auto& blocks = cache.blocks(1, 2);
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].used, 4);
+  EXPECT_EQ(blocks[1].used, 2);
+  EXPECT_EQ(blocks[1].positions, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(blocks[0].dtype, DType::kF32);
+  // Slot 5 of head 2 is row 5, head 2 of the input.
+  const float* kin = k.data<float>() + (5 * 3 + 2) * 8;
+  const float* vin = v.data<float>() + (5 * 3 + 2) * 8;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(blocks[1].k.data<float>()[8 + i], kin[i]);
+    EXPECT_EQ(blocks[1].v.data<float>()[8 + i], vin[i]);
+  }
+}
+
+TEST(KvCache, BytesAreChargedToTheAllocatorAndFreedOnRetainAndClear) {
+  const int64_t before = memory_stats(Device::cpu()).current_bytes;
+  {
+    KvCache cache(small_shape());
+    std::vector<int32_t> pos(10);
+    std::iota(pos.begin(), pos.end(), 0);
+    Tensor k = random_tensor({10, 3, 8}, 3), v = random_tensor({10, 3, 8}, 4);
+    const int64_t inputs = memory_stats(Device::cpu()).current_bytes - before;
+    cache.append(0, k, v, pos);
+    // 10 tokens in blocks of 4 -> 3 blocks per head, 3 heads; each block K+V 2*4*8 floats.
+    const int64_t expected = 3 * 3 * (2 * 4 * 8 * 4);
+    EXPECT_EQ(cache.block_bytes(), 2 * 4 * 8 * 4);
+    EXPECT_EQ(cache.bytes(), expected);
+    EXPECT_EQ(memory_stats(Device::cpu()).current_bytes - before - inputs, expected);
+
+    // Keep 3 of head 1's 10 slots: one block remains for that head.
+    const std::vector<int64_t> keep = {1, 6, 9};
+    cache.retain(0, 1, keep);
+    EXPECT_EQ(cache.tokens(0, 1), 3);
+    EXPECT_EQ(cache.tokens(0, 0), 10);
+    EXPECT_EQ(cache.blocks(0, 1)[0].positions, (std::vector<int32_t>{1, 6, 9}));
+    const float* kin = k.data<float>() + (6 * 3 + 1) * 8;
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(cache.blocks(0, 1)[0].k.data<float>()[8 + i], kin[i]);
+    const int64_t after_retain = 7 * (2 * 4 * 8 * 4);
+    EXPECT_EQ(cache.bytes(), after_retain);
+    EXPECT_EQ(memory_stats(Device::cpu()).current_bytes - before - inputs, after_retain);
+    EXPECT_EQ(cache.next_position(), 10);  // eviction keeps the sequence's positions
+
+    cache.clear();
+    EXPECT_EQ(cache.bytes(), 0);
+    EXPECT_EQ(cache.next_position(), 0);
+    EXPECT_EQ(memory_stats(Device::cpu()).current_bytes - before - inputs, 0);
+  }
+  EXPECT_EQ(memory_stats(Device::cpu()).current_bytes, before);
+}
+
+TEST(KvCache, RejectsBadArguments) {
+  EXPECT_THROW(KvCache(KvCacheShape{}), InvalidArgument);
+  KvCache cache(small_shape());
+  std::vector<int32_t> pos = {0, 1};
+  Tensor wrong = random_tensor({2, 2, 8}, 5);
+  EXPECT_THROW(cache.append(0, wrong, wrong, pos), InvalidArgument);
+  Tensor k = random_tensor({2, 3, 8}, 6);
+  EXPECT_THROW(cache.append(2, k, k, pos), InvalidArgument);
+  cache.append(0, k, k, pos);
+  const std::vector<int64_t> unsorted = {1, 0}, outside = {2};
+  EXPECT_THROW(cache.retain(0, 0, unsorted), InvalidArgument);
+  EXPECT_THROW(cache.retain(0, 0, outside), InvalidArgument);
+  EXPECT_EQ(cache.tokens(0, 0), 2);
+}
+
+TEST(KvCache, FullPolicyIsTheDefault) {
+  KvCache cache(small_shape());
+  EXPECT_EQ(cache.policy().name(), "full");
+}
+
+// cache_attention over blocks == the reference attention op over the same K/V (GQA, causal),
+// for a chunk of queries that continues a cached prefix, with blocks that end mid-chunk.
+TEST(CacheAttention, MatchesReferenceAttention) {
+  const int64_t prefix = 7, t = 5, hq = 6, hkv = 2, d = 16;
+  KvCacheShape s;
+  s.n_layers = 1;
+  s.n_kv_heads = hkv;
+  s.head_dim = d;
+  s.block_tokens = 3;
+  KvCache cache(s);
+  Tensor k = random_tensor({prefix + t, hkv, d}, 7), v = random_tensor({prefix + t, hkv, d}, 8);
+  std::vector<int32_t> pos(prefix + t);
+  std::iota(pos.begin(), pos.end(), 0);
+  cache.append(0, k.slice(0, 0, prefix).contiguous(), v.slice(0, 0, prefix).contiguous(),
+               std::span<const int32_t>(pos).first(prefix));
+  cache.append(0, k.slice(0, prefix, prefix + t).contiguous(),
+               v.slice(0, prefix, prefix + t).contiguous(),
+               std::span<const int32_t>(pos).subspan(prefix));
+  Tensor q = random_tensor({t, hq, d}, 9);
+  Tensor out = Tensor::empty({t, hq, d}, DType::kF32);
+  cache_attention(q, std::span<const int32_t>(pos).subspan(prefix), cache, 0, out);
+
+  Tensor want = Tensor::empty({t, hq, d}, DType::kF32);
+  ops::AttentionParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // the kernel table takes resolved params
+  p.causal = true;
+  p.q_offset = prefix;
+  ops::cpu_reference_kernels().attention(q, k, v, want, p, nullptr, nullptr);
+  const auto a = out.to_float_vector(), b = want.to_float_vector();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << "at " << i;
+}
+
+// After eviction a query attends only to the kept slots: equal to reference attention over them.
+TEST(CacheAttention, AttendsToRetainedSlotsOnly) {
+  const int64_t n = 9, d = 8;
+  KvCacheShape s;
+  s.n_layers = 1;
+  s.n_kv_heads = 1;
+  s.head_dim = d;
+  s.block_tokens = 4;
+  KvCache cache(s);
+  Tensor k = random_tensor({n, 1, d}, 10), v = random_tensor({n, 1, d}, 11);
+  std::vector<int32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0);
+  cache.append(0, k, v, pos);
+  const std::vector<int64_t> keep = {0, 3, 4, 8};
+  cache.retain(0, 0, keep);
+  Tensor q = random_tensor({1, 2, d}, 12);
+  Tensor out = Tensor::empty({1, 2, d}, DType::kF32);
+  const std::vector<int32_t> qpos = {9};
+  cache_attention(q, qpos, cache, 0, out);
+
+  Tensor kk = Tensor::empty({4, 1, d}, DType::kF32), vk = Tensor::empty({4, 1, d}, DType::kF32);
+  for (int i = 0; i < 4; ++i) {
+    kk.slice(0, i, i + 1).copy_from(k.slice(0, keep[i], keep[i] + 1));
+    vk.slice(0, i, i + 1).copy_from(v.slice(0, keep[i], keep[i] + 1));
+  }
+  Tensor want = Tensor::empty({1, 2, d}, DType::kF32);
+  ops::AttentionParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.causal = false;
+  ops::cpu_reference_kernels().attention(q, kk, vk, want, p, nullptr, nullptr);
+  const auto a = out.to_float_vector(), b = want.to_float_vector();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << "at " << i;
+}
+
+}  // namespace
+}  // namespace tandem::llm
