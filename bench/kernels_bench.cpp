@@ -28,8 +28,8 @@
 #include "bench_common.h"
 #include "summary.h"
 #include "tandem/core/backend.h"
-#include "tandem/core/profiler.h"
 #include "tandem/core/build_info.h"
+#include "tandem/core/profiler.h"
 #include "tandem/version.h"
 
 #if TANDEM_HAVE_DNNL

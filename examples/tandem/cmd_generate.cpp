@@ -3,12 +3,12 @@
 // stdout as it is sampled; timing (prefill and decode tokens/s, time to first token) and memory go
 // to stderr. Without -m it uses the default model (SmolLM2-135M-Instruct, fetched on first use).
 // --chat wraps the prompt in the model's chat template (one user turn, generation prompt).
-#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 
 #include "commands.h"
+#include "model_path.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
@@ -16,7 +16,6 @@
 #include "tandem/llm/generate.h"
 #include "tandem/llm/gguf.h"
 #include "tandem/llm/model.h"
-#include "tandem/llm/model_store.h"
 #include "tandem/llm/tokenizer.h"
 #include "tandem/llm/vocab.h"
 
@@ -24,21 +23,7 @@ namespace tandem::cli {
 
 int run_generate(const GenerateOptions& o) {
   if (o.threads > 0) set_cpu_num_threads(o.threads);
-  std::string path = o.model;
-  if (path.empty()) {
-    llm::FetchOptions fo;
-    if (!o.no_progress && isatty(2)) {
-      fo.progress = [](const std::string& stage, int64_t done, int64_t total) {
-        if (total > 0) {
-          std::fprintf(stderr, "\r%s: %3d%%", stage.c_str(), static_cast<int>(100 * done / total));
-          if (done == total) std::fprintf(stderr, "\n");
-        } else {
-          std::fprintf(stderr, "%s\n", stage.c_str());
-        }
-      };
-    }
-    path = llm::default_model_path(fo);
-  }
+  const std::string path = resolve_model_path(o.model, !o.no_progress);
   const llm::Model model = llm::Model::load(path);
   const llm::Tokenizer tokenizer(llm::load_vocab(model.file()));
 

@@ -2,16 +2,15 @@
 // `tandem inspect`: what a GGUF model file holds: architecture, hyperparameters (the
 // "<arch>.*" keys), general.* facts, the tensor table (name, type, shape, bytes) with totals per
 // type, and a vocabulary summary. Without -m it inspects the default model (fetched on first use).
-#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdio>
 #include <map>
 
 #include "commands.h"
+#include "model_path.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/gguf.h"
-#include "tandem/llm/model_store.h"
 #include "tandem/llm/vocab.h"
 
 namespace tandem::cli {
@@ -53,21 +52,7 @@ nlohmann::json vocab_json(const llm::GgufFile& f) {
 }  // namespace
 
 int run_inspect(const InspectOptions& o) {
-  std::string path = o.model;
-  if (path.empty()) {
-    llm::FetchOptions fo;
-    if (!o.no_progress && isatty(2)) {
-      fo.progress = [](const std::string& stage, int64_t done, int64_t total) {
-        if (total > 0) {
-          std::fprintf(stderr, "\r%s: %3d%%", stage.c_str(), static_cast<int>(100 * done / total));
-          if (done == total) std::fprintf(stderr, "\n");
-        } else {
-          std::fprintf(stderr, "%s\n", stage.c_str());
-        }
-      };
-    }
-    path = llm::default_model_path(fo);
-  }
+  const std::string path = resolve_model_path(o.model, !o.no_progress);
   const llm::GgufFile f(path);
   const std::string arch = f.find_string("general.architecture").value_or("");
   const nlohmann::json meta = f.metadata_json(8);

@@ -39,7 +39,8 @@ const std::vector<KvBlock>& KvCache::blocks(int layer, int head) const {
 
 KvBlock KvCache::new_block(DType dtype) const {
   if (dtype != DType::kF32) {
-    throw Unsupported(cat("KvCache: blocks of dtype ", dtype_name(dtype), " are not implemented"));
+    throw Unsupported(cat("KvCache: blocks of dtype ", dtype_name(dtype),
+                          " are unsupported (f32 blocks only so far)"));
   }
   KvBlock b;
   b.dtype = dtype;

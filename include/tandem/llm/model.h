@@ -16,7 +16,7 @@
 //   std::vector<int32_t> ids = {1, 2, 3}, pos = {0, 1, 2};
 //   tandem::Tensor logits = model.forward(ids, pos, cache);   // f32 [3, vocab]
 //
-// Departures: RoPE scaling (linear, YaRN) is not implemented: files that ask for it raise
+// Departures: RoPE scaling (linear, YaRN) is unsupported so far: files that ask for it raise
 // Unsupported. Thread-safety: forward() only reads the model; one KvCache per concurrent sequence.
 #pragma once
 

@@ -84,8 +84,8 @@ TANDEM_API Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2
 
 // The kernel table one backend provides. Arguments have been validated by the free functions above
 // (shapes, dtypes, devices), so kernels only compute. Streams are those of this backend's device.
-// Parameters arrive resolved: attention's scale is never 0 and q_offset never -1 (callers of a kernel table
-// directly, e.g. tests of cpu_reference_kernels(), must resolve them the same way).
+// Parameters arrive resolved: attention's scale is never 0 and q_offset never -1 (callers of a
+// kernel table directly, e.g. tests of cpu_reference_kernels(), must resolve them the same way).
 class TANDEM_API OpKernels {
  public:
   virtual ~OpKernels() = default;
