@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs the Debian packages tandem builds with, only those missing. As root it runs apt-get; otherwise it
+# Installs the Debian packages tandem builds with, only those missing (python3-pip fetches the default LLM). As root it runs apt-get; otherwise it
 # prints the command to run. Usage: scripts/setup.sh [--check]   (--check: report only, exit 1 if missing)
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git python3
+  build-essential cmake ninja-build pkg-config git python3 python3-pip
   libfmt-dev libspdlog-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev
