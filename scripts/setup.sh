@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages tandem builds with, only those missing (python3-pip fetches the default
-# LLM). As root it runs apt-get; otherwise it prints the command to run. Usage: scripts/setup.sh [--check]   (--check: report only, exit 1 if missing)
+# LLM). As root it runs apt-get; otherwise it prints the command to run.
+# Usage: scripts/setup.sh [--check]   (--check: report only, exit 1 if missing)
 set -euo pipefail
 
 packages=(
