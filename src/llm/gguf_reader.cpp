@@ -174,6 +174,8 @@ struct GgufFile::Impl {
   double decode_float(const std::string& key, const Value& v) const;
   std::string_view decode_string(const Value& v) const;
   std::vector<Value> elements(const Value& array) const;
+  // The element of type `elem` stored at `pos` (a nested array's header is read there).
+  Value element_at(GgufType elem, uint64_t pos) const;
   uint64_t value_end(const Value& v) const;
   nlohmann::json to_json(const Value& v, size_t max_array) const;
 };
@@ -452,18 +454,23 @@ std::vector<Value> GgufFile::Impl::elements(const Value& array) const {
   out.reserve(array.count);
   uint64_t p = array.pos;
   for (uint64_t i = 0; i < array.count; ++i) {
-    Value e;
-    e.type = array.elem;
-    e.pos = p;
-    if (array.elem == GgufType::kArray) {
-      e.elem = load<GgufType>(map + p);
-      e.count = load<uint64_t>(map + p + 4);
-      e.pos = p + 12;
-    }
+    const Value e = element_at(array.elem, p);
     p = value_end(e);
     out.push_back(e);
   }
   return out;
+}
+
+Value GgufFile::Impl::element_at(GgufType elem, uint64_t pos) const {
+  Value e;
+  e.type = elem;
+  e.pos = pos;
+  if (elem == GgufType::kArray) {
+    e.elem = load<GgufType>(map + pos);
+    e.count = load<uint64_t>(map + pos + 4);
+    e.pos = pos + 12;
+  }
+  return e;
 }
 
 uint64_t GgufFile::Impl::value_end(const Value& v) const {
@@ -471,17 +478,7 @@ uint64_t GgufFile::Impl::value_end(const Value& v) const {
   if (v.type != GgufType::kArray) return v.pos + fixed_size(v.type);
   if (const uint64_t fs = fixed_size(v.elem); fs != 0) return v.pos + v.count * fs;
   uint64_t p = v.pos;
-  for (uint64_t i = 0; i < v.count; ++i) {
-    Value e;
-    e.type = v.elem;
-    e.pos = p;
-    if (v.elem == GgufType::kArray) {
-      e.elem = load<GgufType>(map + p);
-      e.count = load<uint64_t>(map + p + 4);
-      e.pos = p + 12;
-    }
-    p = value_end(e);
-  }
+  for (uint64_t i = 0; i < v.count; ++i) p = value_end(element_at(v.elem, p));
   return p;
 }
 

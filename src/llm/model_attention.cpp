@@ -20,8 +20,8 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The inner loops, compiled for AVX-512, AVX2+FMA and baseline x86-64 (picked at load time), since
-// the library itself is built for the baseline ISA. Not under sanitizers: the ifunc resolvers behind
-// target_clones run before the ThreadSanitizer runtime is up and crash the process at load.
+// the library itself is built for the baseline ISA. Not under sanitizers: the ifunc resolvers
+// behind target_clones run before the ThreadSanitizer runtime is up and crash the process at load.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(TANDEM_SANITIZED)
 #define TANDEM_ATTN_CLONES \
   __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
