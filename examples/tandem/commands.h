@@ -5,7 +5,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tandem::cli {
 
@@ -49,6 +52,25 @@ struct GenerateOptions {
   int threads = 0;
   int prefill_chunk = 128;
   bool no_progress = false;
+};
+
+// Self-registering subcommands (the engines' commands: cnn-run, rec-serve, ...). A cmd_*.cpp file
+// defines, at namespace scope,
+//   static const tandem::cli::CommandRegistration kReg([](CLI::App& app) {
+//     auto opts = std::make_shared<MyOptions>();
+//     CLI::App* sub = app.add_subcommand("my-cmd", "What it does");
+//     sub->add_option("-m,--model", opts->model, "...");
+//     return tandem::cli::Command{sub, [opts] { return run_my_cmd(*opts); }};
+//   });
+// and main.cpp runs the chosen one; no other file needs editing.
+struct Command {
+  CLI::App* subcommand = nullptr;
+  std::function<int()> run;
+};
+using AddCommand = std::function<Command(CLI::App& app)>;
+std::vector<AddCommand>& command_registry();
+struct CommandRegistration {
+  explicit CommandRegistration(AddCommand add) { command_registry().push_back(std::move(add)); }
 };
 
 int run_devices(const DevicesOptions& o);

@@ -25,6 +25,11 @@ int run_version() {
 
 }  // namespace
 
+std::vector<tandem::cli::AddCommand>& tandem::cli::command_registry() {
+  static std::vector<AddCommand> registry;
+  return registry;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{
       "tandem: inference acceleration for LLMs, edge CNNs and recommenders on CPU and CUDA"};
@@ -119,6 +124,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
+  std::vector<tandem::cli::Command> registered;
+  for (const tandem::cli::AddCommand& add : tandem::cli::command_registry()) {
+    registered.push_back(add(app));
+  }
+
   auto* version =
       app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
 
@@ -135,6 +145,9 @@ int main(int argc, char** argv) {
     if (*inspect) return tandem::cli::run_inspect(io);
     if (*generate) return tandem::cli::run_generate(go);
     if (*version) return run_version();
+    for (const tandem::cli::Command& c : registered) {
+      if (*c.subcommand) return c.run();
+    }
   } catch (const tandem::Error& e) {
     std::fprintf(stderr, "tandem: error: %s\n", e.what());
     return 1;
