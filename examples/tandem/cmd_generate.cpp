@@ -24,7 +24,9 @@ namespace tandem::cli {
 int run_generate(const GenerateOptions& o) {
   if (o.threads > 0) set_cpu_num_threads(o.threads);
   const std::string path = resolve_model_path(o.model, !o.no_progress);
-  const llm::Model model = llm::Model::load(path);
+  const Device device = Device::parse(o.device);
+  const llm::Model model =
+      device.is_cpu() ? llm::Model::load(path) : llm::Model::load(path).to(device);
   const llm::Tokenizer tokenizer(llm::load_vocab(model.file()));
 
   std::string text = o.prompt;

@@ -51,6 +51,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 0;
   int prefill_chunk = 128;
+  std::string device = "cpu";  // cpu or cuda:N
   bool no_progress = false;
 };
 

@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
   generate->add_option("--prefill-chunk", go.prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  generate->add_option("-d,--device", go.device, "Device the model runs on: cpu or cuda:N")
+      ->capture_default_str();
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
   std::vector<tandem::cli::Command> registered;

@@ -17,10 +17,6 @@ KvCache::KvCache(const KvCacheShape& shape, std::shared_ptr<KvPolicy> policy)
                               ", kv heads ", shape.n_kv_heads, ", head_dim ", shape.head_dim,
                               ", block_tokens ", shape.block_tokens, ")"));
   }
-  if (shape.device.type != DeviceType::kCpu) {
-    throw Unsupported("KvCache: only CPU caches are implemented (device " +
-                      shape.device.to_string() + ")");
-  }
   if (!policy_) policy_ = std::make_shared<FullCachePolicy>();
   heads_.resize(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads);
 }
@@ -56,12 +52,17 @@ void KvCache::append(int layer, const Tensor& k_rows, const Tensor& v_rows,
   const Shape want{t, shape_.n_kv_heads, shape_.head_dim};
   for (const Tensor* x : {&k_rows, &v_rows}) {
     if (x->shape() != want || x->dtype() != DType::kF32 || !x->is_contiguous() ||
-        x->device() != Device::cpu()) {
+        x->device() != shape_.device) {
       throw InvalidArgument(cat("KvCache::append(layer ", layer, "): rows ", x->to_string(),
-                                " must be contiguous f32 cpu ", want.to_string()));
+                                " must be contiguous f32 ", want.to_string(), " on ",
+                                shape_.device.to_string()));
     }
   }
   head_blocks(layer, 0);  // validates the layer
+  if (!shape_.device.is_cpu()) {
+    append_device(layer, k_rows, v_rows, positions);
+    return;
+  }
   const int64_t d = shape_.head_dim;
   const auto* k = k_rows.data<float>();
   const auto* v = v_rows.data<float>();
@@ -105,6 +106,10 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
           cat("KvCache::retain(layer ", layer, ", head ", head, "): slot ", slots[i], " at index ",
               i, " is out of range or not ascending (head holds ", total, " tokens)"));
     }
+  }
+  if (!shape_.device.is_cpu()) {
+    retain_device(layer, head, slots);
+    return;
   }
   std::vector<KvBlock> kept;
   const int64_t d = shape_.head_dim;

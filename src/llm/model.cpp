@@ -156,6 +156,7 @@ KvCache Model::make_cache(std::shared_ptr<KvPolicy> policy, int block_tokens) co
   s.n_kv_heads = config_.n_kv_heads;
   s.head_dim = config_.head_dim;
   s.block_tokens = block_tokens;
+  s.device = device_;
   return KvCache(s, std::move(policy));
 }
 

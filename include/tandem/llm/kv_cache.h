@@ -80,8 +80,8 @@ class TANDEM_API KvCache {
   const KvCacheShape& shape() const { return shape_; }
   KvPolicy& policy() const { return *policy_; }
 
-  // Appends T tokens to `layer`: k_rows and v_rows f32 [T, n_kv_heads, head_dim] (contiguous),
-  // positions of length T. Every head of the layer gets the T slots.
+  // Appends T tokens to `layer`: k_rows and v_rows f32 [T, n_kv_heads, head_dim] (contiguous, on
+  // the cache's device), positions of length T. Every head of the layer gets the T slots.
   void append(int layer, const Tensor& k_rows, const Tensor& v_rows,
               std::span<const int32_t> positions);
 
@@ -110,6 +110,11 @@ class TANDEM_API KvCache {
  private:
   std::vector<KvBlock>& head_blocks(int layer, int head);
   KvBlock new_block(DType dtype) const;
+  // Caches on a GPU: rows move with device copies (ops::convert of strided views), one per run of
+  // slots, instead of memcpy (kv_cache_device.cpp).
+  void append_device(int layer, const Tensor& k_rows, const Tensor& v_rows,
+                     std::span<const int32_t> positions);
+  void retain_device(int layer, int head, std::span<const int64_t> slots);
 
   KvCacheShape shape_;
   std::shared_ptr<KvPolicy> policy_;

@@ -82,12 +82,20 @@ class TANDEM_API Model {
   // Bytes of all weights (as stored).
   int64_t weight_bytes() const;
 
-  // An empty cache shaped for this model.
+  // Where the weights live and forward() computes (the CPU for a loaded model).
+  Device device() const { return device_; }
+  // A copy of this model with every weight copied to `device` (e.g. Device::cuda(0)), in its
+  // stored dtype; the GGUF file stays shared. Its caches (make_cache) live on that device too.
+  // NotFound / Unsupported when the device does not exist.
+  Model to(Device device) const;
+
+  // An empty cache shaped for this model, on the model's device.
   KvCache make_cache(std::shared_ptr<KvPolicy> policy = nullptr, int block_tokens = 32) const;
 
   // Runs T tokens at the given positions (each larger than every position already in the cache
   // for causal use), appending their K/V to `cache`. Returns f32 logits [T, vocab] (or [1, vocab]
-  // with last_only). InvalidArgument for bad ids, mismatched lengths or a cache of another shape.
+  // with last_only), on the CPU whatever the model's device. InvalidArgument for bad ids,
+  // mismatched lengths or a cache of another shape or device.
   Tensor forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                  KvCache& cache, const ForwardOptions& options = {}) const;
 
@@ -97,6 +105,7 @@ class TANDEM_API Model {
   Tensor token_embd_, output_norm_, output_;
   bool output_tied_ = false;
   std::vector<LayerWeights> layers_;
+  Device device_ = Device::cpu();
 };
 
 // Attention of T queries over the cached keys of one layer: q f32 [T, n_heads, head_dim], query
