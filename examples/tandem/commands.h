@@ -51,6 +51,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 0;
   int prefill_chunk = 128;
+  int batch = 1;  // sequences generated together (copies of the prompt, seeds seed + i)
   bool no_progress = false;
 };
 
