@@ -236,12 +236,14 @@ int64_t Model::weight_bytes() const {
   return n;
 }
 
-KvCache Model::make_cache(std::shared_ptr<KvPolicy> policy, int block_tokens) const {
+KvCache Model::make_cache(std::shared_ptr<KvPolicy> policy, int block_tokens,
+                          DType kv_dtype) const {
   KvCacheShape s;
   s.n_layers = config_.n_layers;
   s.n_kv_heads = config_.n_kv_heads;
   s.head_dim = config_.head_dim;
   s.block_tokens = block_tokens;
+  s.dtype = kv_dtype;
   return KvCache(s, std::move(policy));
 }
 

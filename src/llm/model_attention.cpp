@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "cache_attention_widen.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
@@ -73,6 +74,10 @@ TANDEM_ATTN_CLONES float accumulate_block(const float* sc, int used, float m, co
 
 void cache_attention(const Tensor& q, std::span<const int32_t> positions, const KvCache& cache,
                      int layer, Tensor& out, float scale) {
+  if (cache.shape().dtype != DType::kF32) {  // f16 blocks: cache_attention_widen.cpp
+    cache_attention_widened(q, positions, cache, layer, out, scale);
+    return;
+  }
   const KvCacheShape& cs = cache.shape();
   if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
       q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||

@@ -131,8 +131,9 @@ class TANDEM_API Model {
   // Bytes of all weights (as stored).
   int64_t weight_bytes() const;
 
-  // An empty cache shaped for this model.
-  KvCache make_cache(std::shared_ptr<KvPolicy> policy = nullptr, int block_tokens = 32) const;
+  // An empty cache shaped for this model; kv_dtype kF16 halves its bytes.
+  KvCache make_cache(std::shared_ptr<KvPolicy> policy = nullptr, int block_tokens = 32,
+                     DType kv_dtype = DType::kF32) const;
 
   // Runs T tokens at the given positions (each larger than every position already in the cache
   // for causal use), appending their K/V to `cache`. Returns f32 logits [T, vocab] (or [1, vocab]
