@@ -52,6 +52,7 @@ struct GenerateOptions {
   int threads = 0;
   int prefill_chunk = 128;
   std::string device = "cpu";  // cpu or cuda:N
+  int batch = 1;  // sequences generated together (copies of the prompt, seeds seed + i)
   bool no_progress = false;
 };
 

@@ -124,6 +124,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_option("-d,--device", go.device, "Device the model runs on: cpu or cuda:N")
       ->capture_default_str();
+  generate
+      ->add_option("--batch", go.batch,
+                   "Generate this many sequences together (copies of the prompt, sampler "
+                   "seeds seed+i); reports the batch's throughput")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
   std::vector<tandem::cli::Command> registered;

@@ -19,7 +19,7 @@ void KvCache::append_device(int layer, const Tensor& k_rows, const Tensor& v_row
     const Tensor v_head = v_rows.select(1, h);
     for (int64_t i = 0; i < t;) {
       if (list.empty() || list.back().used == shape_.block_tokens) {
-        list.push_back(new_block(DType::kF32));
+        list.push_back(new_block(shape_.dtype));
       }
       KvBlock& b = list.back();
       const int64_t n = std::min<int64_t>(t - i, shape_.block_tokens - b.used);

@@ -14,6 +14,8 @@ Model Model::to(Device device) const {
   };
   move(m.token_embd_);
   move(m.output_norm_);
+  move(m.output_norm_b_);
+  move(m.position_embd_);
   m.output_ = output_tied_ ? m.token_embd_ : output_.to(device);
   for (LayerWeights& w : m.layers_) {
     for (Tensor* t :

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Model::forward: one chunk of tokens through the LLaMA decoder stack (see model.h).
+// Model::forward: one chunk of tokens through the LLaMA decoder stack (see model.h). gpt2 models
+// and llama models with scaled RoPE run through forward_batch (model_batch.cpp) as a batch of one.
 #include <algorithm>
 
 #include "tandem/core/error.h"
@@ -10,6 +11,10 @@ namespace tandem::llm {
 
 Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                       KvCache& cache, const ForwardOptions& options) const {
+  if (config_.kind != ModelArch::kLlama || !plain_rope_) {
+    const SequenceChunk one{tokens, positions, &cache};
+    return forward_batch(std::span(&one, 1), options).front();
+  }
   const ModelConfig& c = config_;
   const int64_t t = static_cast<int64_t>(tokens.size());
   if (t == 0 || positions.size() != tokens.size()) {
