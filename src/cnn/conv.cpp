@@ -8,6 +8,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "cnn/kernels.h"
 #include "tandem/core/error.h"
@@ -76,7 +77,9 @@ dnnl::memory make_scratch(const dnnl::memory::desc& md) {
 
 struct ConvKernel::Impl {
   Node node;
+  Shape in_full;
   bool onednn = true;
+  std::string full_impl_name;
   std::mutex mu;
   std::map<PrimKey, std::unique_ptr<Prim>> prims;
   std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed;  // weights per layout
@@ -98,23 +101,15 @@ struct ConvKernel::Impl {
     return mem;
   }
 
-  Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {
-    const PrimKey key{x.size(0),   x.size(1),   x.size(2),   x.size(3), x.stride(0),
-                      x.stride(1), x.stride(2), x.stride(3), p.top,     p.left,
-                      p.bottom,    p.right,     threads};
-    auto it = prims.find(key);
-    if (it != prims.end()) return *it->second;
-    auto e = std::make_unique<Prim>();
+  // The primitive descriptor for a source of `xd` dims/`xs` strides and edge pads `p`. When
+  // `match` is set, the implementation with that name is chosen if oneDNN offers it (so tiles use
+  // the kernel of the whole-image run and give bit-identical results).
+  dnnl::convolution_forward::primitive_desc make_pd(const Dims& xd, const Dims& yd,
+                                                    const EdgePads& p, const std::string& match) {
     const Window& w = node.window;
-    const int64_t g = node.groups;
-    e->src_user = dnnl::memory::desc(Dims{x.size(0), x.size(1), x.size(2), x.size(3)}, kF32,
-                                     Dims{x.stride(0), x.stride(1), x.stride(2), x.stride(3)});
-    e->dst_user =
-        dnnl::memory::desc(Dims{y.size(0), y.size(1), y.size(2), y.size(3)}, kF32, Tag::nchw);
-    const Dims wdims = weights_user.dims();
-    const dnnl::memory::desc src_any(e->src_user.dims(), kF32, Tag::any);
-    const dnnl::memory::desc dst_any(e->dst_user.dims(), kF32, Tag::any);
-    const dnnl::memory::desc w_any(wdims, kF32, Tag::any);
+    const dnnl::memory::desc src_any(xd, kF32, Tag::any);
+    const dnnl::memory::desc dst_any(yd, kF32, Tag::any);
+    const dnnl::memory::desc w_any(weights_user.dims(), kF32, Tag::any);
     const Dims strides{w.sh, w.sw}, dil{w.dh - 1, w.dw - 1};
     const Dims pad_l{p.top, p.left}, pad_r{p.bottom, p.right};
     const auto prop = dnnl::prop_kind::forward_inference;
@@ -150,7 +145,43 @@ struct ConvKernel::Impl {
       }
       attr.set_post_ops(po);
     }
-    e->pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+    if (match.empty() || pd.impl_info_str() == match) return pd;
+    dnnl::convolution_forward::primitive_desc first = pd;
+    while (pd.next_impl())
+      if (pd.impl_info_str() == match) return pd;
+    log().debug("cnn conv '{}': implementation {} unavailable for a tile, using {}", node.name,
+                match, first.impl_info_str());
+    return first;
+  }
+
+  // The implementation oneDNN picks for the whole input (computed once).
+  const std::string& full_impl(int threads) {
+    if (full_impl_name.empty()) {
+      const Window& w = node.window;
+      const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+      const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+      const EdgePads p{w.pt, w.pl, w.pb, w.pr};
+      (void)threads;
+      full_impl_name = make_pd(Dims{in_full[0], in_full[1], in_full[2], in_full[3]},
+                               Dims{in_full[0], node.weight.size(0), ho, wo}, p, "")
+                           .impl_info_str();
+    }
+    return full_impl_name;
+  }
+
+  Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {
+    const PrimKey key{x.size(0),   x.size(1),   x.size(2),   x.size(3), x.stride(0),
+                      x.stride(1), x.stride(2), x.stride(3), p.top,     p.left,
+                      p.bottom,    p.right,     threads};
+    auto it = prims.find(key);
+    if (it != prims.end()) return *it->second;
+    auto e = std::make_unique<Prim>();
+    e->src_user = dnnl::memory::desc(Dims{x.size(0), x.size(1), x.size(2), x.size(3)}, kF32,
+                                     Dims{x.stride(0), x.stride(1), x.stride(2), x.stride(3)});
+    e->dst_user =
+        dnnl::memory::desc(Dims{y.size(0), y.size(1), y.size(2), y.size(3)}, kF32, Tag::nchw);
+    e->pd = make_pd(e->src_user.dims(), e->dst_user.dims(), p, full_impl(threads));
     e->prim = dnnl::convolution_forward(e->pd);
     e->scratch = make_scratch(e->pd.scratchpad_desc());
     dnnl::primitive_attr rattr;
@@ -206,6 +237,7 @@ struct ConvKernel::Impl {
 
 struct ConvKernel::Impl {
   Node node;
+  Shape in_full;
   bool onednn = false;
   void run(const Tensor&, const EdgePads&, Tensor&, int) {
     throw Unsupported("cnn: built without oneDNN");
@@ -214,8 +246,10 @@ struct ConvKernel::Impl {
 
 #endif
 
-ConvKernel::ConvKernel(const Node& node, bool use_onednn) : impl_(std::make_unique<Impl>()) {
+ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
+    : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
+  impl_->in_full = in_full;
 #if defined(TANDEM_HAVE_DNNL)
   impl_->onednn = use_onednn;
   const int64_t g = node.groups;

@@ -219,8 +219,9 @@ Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_u
   impl_->convs.resize(graph.nodes().size());
   for (size_t i = 0; i < graph.nodes().size(); ++i)
     if (graph.node(static_cast<int>(i)).op == OpKind::kConv)
-      impl_->convs[i] =
-          std::make_unique<kernels::ConvKernel>(graph.node(static_cast<int>(i)), opts.use_onednn);
+      impl_->convs[i] = std::make_unique<kernels::ConvKernel>(
+          graph.node(static_cast<int>(i)),
+          graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn);
 }
 
 Executor::~Executor() = default;

@@ -28,7 +28,8 @@ float apply_act(float v, const Activation& a);
 // Convolution of one node, with per-shape oneDNN primitives and packed weights cached inside.
 class ConvKernel {
  public:
-  ConvKernel(const Node& node, bool use_onednn);
+  // in_full: the node's whole input shape (tiles reuse the kernel chosen for it).
+  ConvKernel(const Node& node, const Shape& in_full, bool use_onednn);
   ~ConvKernel();
   // x: the input cropped to input_region(out); y: contiguous [N, O, out.rows(), out.cols()].
   void run(const View& x, const Region& out, Tensor& y, int threads);

@@ -45,7 +45,7 @@ struct Region {
   friend bool operator==(const Region& a, const Region& b) {
     return a.h0 == b.h0 && a.h1 == b.h1 && a.w0 == b.w0 && a.w1 == b.w1;
   }
-  std::string to_string() const;  // "[h0,h1)x[w0,w1)"
+  TANDEM_API std::string to_string() const;  // "[h0,h1)x[w0,w1)"
 };
 
 // The spatial extent of a tensor shape: [0,H)x[0,W) for rank 4, [0,1)x[0,1) otherwise.
