@@ -350,11 +350,11 @@ def yolov2_tiny(seed=7):
     x = "input"
     for i, co in enumerate([16, 32, 64, 128, 256, 512]):
         x = n.cbr(x, co, 3, act="leaky")
-        x = n.pool(x, "MaxPool", 2, 2 if i < 5 else 1, 0)
-        if i == 5:  # darknet's size-2 stride-1 pool keeps 13x13: pad one row/col at the end
-            n.nodes[-1].attribute[:] = [a for a in n.nodes[-1].attribute if a.name != "pads"]
-            n.nodes[-1].attribute.append(helper.make_attribute("pads", [0, 0, 1, 1]))
-            n.shapes[x] = (co, 13, 13)
+        if i < 5:
+            x = n.pool(x, "MaxPool", 2, 2, 0)
+        else:  # darknet's size-2 stride-1 pool keeps 13x13: one padding row/column at the end
+            x = n.node("MaxPool", [x], (co, 13, 13), kernel_shape=[2, 2], strides=[1, 1],
+                       pads=[0, 0, 1, 1])
     x = n.cbr(x, 1024, 3, act="leaky")
     x = n.cbr(x, 512, 3, act="leaky")
     return n.model([n.conv(x, 125, 1, bias=True)])

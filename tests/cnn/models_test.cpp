@@ -4,6 +4,8 @@
 // them with --reference; skipped with the command to run otherwise).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "cnn_test_util.h"
 #include "region_check.h"
 #include "tandem/cnn/executor.h"
@@ -27,7 +29,10 @@ void check_against_reference(const testing::Reference& ref, double tol, int thre
   ASSERT_EQ(out.size(), ref.outputs.size());
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_EQ(out[i].shape(), ref.outputs[i].shape()) << "output " << i;
-    EXPECT_LE(scaled_max_error(out[i], ref.outputs[i]), tol)
+    const double err = scaled_max_error(out[i], ref.outputs[i]);
+    std::fprintf(stderr, "%s output %zu: scaled max error vs %s = %.3g (threads %d)\n",
+                 ref.model.filename().c_str(), i, ref.producer.c_str(), err, threads);
+    EXPECT_LE(err, tol)
         << ref.model << " output " << i << " vs " << ref.producer << ", threads " << threads;
   }
 }
