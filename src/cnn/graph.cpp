@@ -318,29 +318,32 @@ void Graph::infer_shapes() {
       }
       case OpKind::kReshape: {
         want_inputs(1);
-        if (n.shape.rank() == 0) fail(n, "has no target shape");
+        if (n.reshape.empty() && n.shape.rank() > 0) n.reshape = n.shape.to_vector();
+        if (n.reshape.empty() || n.reshape.size() > static_cast<size_t>(kMaxRank))
+          fail(n, "has no valid target shape");
+        std::vector<int64_t> dims = n.reshape;
         int infer = -1;
         int64_t known = 1;
-        for (int d = 0; d < n.shape.rank(); ++d) {
-          if (n.shape[d] == 0) {
+        for (int d = 0; d < static_cast<int>(dims.size()); ++d) {
+          if (dims[d] == 0) {
             if (d >= x.rank()) fail(n, "0 in the target shape past the input's rank");
-            n.shape[d] = x[d];
+            dims[d] = x[d];
           }
-          if (n.shape[d] == -1) {
+          if (dims[d] == -1) {
             if (infer >= 0) fail(n, "more than one -1 in the target shape");
             infer = d;
-          } else if (n.shape[d] <= 0) {
-            fail(n, cat("target shape ", n.shape.to_string(), " has a negative dimension"));
+          } else if (dims[d] <= 0) {
+            fail(n, "the target shape has a negative dimension");
           } else {
-            if (known > kMaxElements / n.shape[d]) fail(n, "target shape is too large");
-            known *= n.shape[d];
+            if (known > kMaxElements / dims[d]) fail(n, "target shape is too large");
+            known *= dims[d];
           }
         }
         if (infer >= 0) {
-          if (x.numel() % known != 0)
-            fail(n, cat("cannot infer the -1 of ", n.shape.to_string(), " for ", x.to_string()));
-          n.shape[infer] = x.numel() / known;
+          if (x.numel() % known != 0) fail(n, cat("cannot infer the -1 for ", x.to_string()));
+          dims[infer] = x.numel() / known;
         }
+        n.shape = Shape(dims);
         int64_t e = 1;
         for (int64_t d : n.shape) {
           if (d <= 0) fail(n, cat("target shape ", n.shape.to_string(), " is not resolved"));

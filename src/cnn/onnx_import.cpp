@@ -398,7 +398,7 @@ class Importer {
       const auto s = constant_ints(np, 1);
       if (s.empty() || s.size() > static_cast<size_t>(kMaxRank)) bad(np, "bad target shape rank");
       if (attr_int(np, "allowzero", 0) != 0) unsupported(np, "allowzero 1");
-      n.shape = Shape(s);
+      n.reshape = s;
     } else if (t == "Gemm" || t == "MatMul") {
       n.op = OpKind::kGemm;
       n.inputs = {activation(np, 0)};

@@ -32,8 +32,8 @@ void check_against_reference(const testing::Reference& ref, double tol, int thre
     const double err = scaled_max_error(out[i], ref.outputs[i]);
     std::fprintf(stderr, "%s output %zu: scaled max error vs %s = %.3g (threads %d)\n",
                  ref.model.filename().c_str(), i, ref.producer.c_str(), err, threads);
-    EXPECT_LE(err, tol)
-        << ref.model << " output " << i << " vs " << ref.producer << ", threads " << threads;
+    EXPECT_LE(err, tol) << ref.model << " output " << i << " vs " << ref.producer << ", threads "
+                        << threads;
   }
 }
 

@@ -83,9 +83,10 @@ struct Node {
   int64_t size_h = 0,
           size_w = 0;          // resize given as output sizes (resolved to scales by infer_shapes)
   std::vector<int64_t> split;  // split sizes
-  Shape shape;    // reshape target (ONNX 0 = copy, -1 = infer; resolved by infer_shapes)
-  Tensor weight;  // conv/gemm weights; add/mul constant; affine scale
-  Tensor bias;    // conv/gemm/affine bias (may be undefined)
+  std::vector<int64_t> reshape;  // reshape target as given (ONNX: 0 = copy, -1 = infer)
+  Shape shape;                   // reshape target, resolved by infer_shapes
+  Tensor weight;                 // conv/gemm weights; add/mul constant; affine scale
+  Tensor bias;                   // conv/gemm/affine bias (may be undefined)
 };
 
 struct TensorInfo {
