@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 #include "cnn/kernels.h"
@@ -42,7 +43,8 @@ struct Executor::Impl {
   bool have_full_plan = false;
   Plan full_plan;
   std::vector<Tensor> full_slots;
-  std::vector<Tensor> kept;  // keep_all
+  std::vector<Tensor> kept;   // keep_all
+  std::vector<double> times;  // profile
   MemoryPlan last_stats;
 
   Plan make_plan(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
@@ -138,11 +140,24 @@ struct Executor::Impl {
       views[t] = {out, p.regions[t], g.tensor(t).shape};
       return out;
     };
+    if (opts.profile) times.assign(g.nodes().size(), 0.0);
     for (int id : nodes) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_node(id, p, views, make_out, threads);
+      if (opts.profile)
+        times[id] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                        .count();
+    }
+  }
+
+  template <class MakeOut>
+  void run_node(int id, const Plan& p, std::vector<kernels::View>& views, MakeOut& make_out,
+                int threads) {
+    {
       const Node& n = g.node(id);
       Region out;
       for (int t : n.outputs) out = hull(out, p.regions[t]);
-      if (out.empty()) continue;
+      if (out.empty()) return;
       std::vector<kernels::View> in(n.inputs.size());
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const int t = n.inputs[i];
@@ -229,6 +244,7 @@ Executor::~Executor() = default;
 const Graph& Executor::graph() const { return impl_->g; }
 const std::vector<Tensor>& Executor::tensors() const { return impl_->kept; }
 const MemoryPlan& Executor::memory_plan() const { return impl_->last_stats; }
+const std::vector<double>& Executor::node_times_ms() const { return impl_->times; }
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   Impl& m = *impl_;

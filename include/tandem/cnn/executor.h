@@ -38,6 +38,7 @@ struct ExecutorOptions {
   int threads = 1;         // OpenMP threads for every kernel (>= 1)
   bool use_onednn = true;  // false: the core ops::conv2d for convolutions
   bool keep_all = false;   // keep every intermediate tensor (no buffer reuse), see tensors()
+  bool profile = false;    // time every node (node_times_ms())
 };
 
 // A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor
@@ -73,6 +74,8 @@ class TANDEM_API Executor {
   // With keep_all: every tensor of the last run(), by tensor id (undefined for ones not computed).
   const std::vector<Tensor>& tensors() const;
   const MemoryPlan& memory_plan() const;
+  // With profile: wall time of every node in the last run, by node id (0 for nodes not run).
+  const std::vector<double>& node_times_ms() const;
   const Graph& graph() const;
 
  private:
