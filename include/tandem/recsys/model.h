@@ -35,6 +35,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -76,6 +77,7 @@ TANDEM_API CostClass classify(const OpNode& node, const CostClassOptions& opt = 
 struct QueryState {
   const QueryInputs* inputs = nullptr;
   std::vector<Tensor> values;  // indexed by node id
+  std::exception_ptr error;    // set by an executor when a node failed (later nodes are skipped)
 };
 
 class TANDEM_API RecModel {
