@@ -56,6 +56,15 @@ int64_t ModelConfig::table_bytes() const {
   return b;
 }
 
+double ModelConfig::fit_tables(int64_t budget_bytes) {
+  if (budget_bytes <= 0) throw InvalidArgument(cat("fit_tables: budget ", budget_bytes, " bytes"));
+  const int64_t b = table_bytes();
+  if (b <= budget_bytes) return 1.0;
+  const double f = double(budget_bytes) / double(b);
+  scale_rows(f);
+  return f;
+}
+
 nlohmann::json ModelConfig::to_json() const {
   auto tabs = [](const std::vector<TableConfig>& ts) {
     nlohmann::json a = nlohmann::json::array();

@@ -72,6 +72,8 @@ struct TANDEM_API ModelConfig {
   void scale_rows(double factor);
   // Total table bytes in table_dtype.
   int64_t table_bytes() const;
+  // Scales rows down (never up) so that table_bytes() <= budget_bytes; returns the factor used.
+  double fit_tables(int64_t budget_bytes);
   nlohmann::json to_json() const;
 };
 

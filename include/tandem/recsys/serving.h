@@ -81,7 +81,7 @@ struct Percentiles {
 };
 TANDEM_API Percentiles percentiles_ms(std::vector<double> seconds);
 
-struct LoadStats {
+struct TANDEM_API LoadStats {
   std::string policy;
   int clients = 0;
   double rate_qps = 0;
