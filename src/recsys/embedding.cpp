@@ -11,6 +11,10 @@
 #include <cstring>
 #include <fstream>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/embedding.h"
@@ -84,6 +88,70 @@ void generate_rows(const GeneratedTensor& g, int64_t first, int64_t count, int64
     }
   }
 }
+
+// Row accumulation kernels: acc[d] += value(row)[d]. AVX2/F16C variants where the CPU has them
+// (chosen once at run time), portable loops otherwise.
+void acc_f32(const float* f, float* acc, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) acc[d] += f[d];
+}
+void acc_f16(const uint16_t* h, float* acc, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) acc[d] += f16_to_f32(h[d]);
+}
+void acc_i8(const uint8_t* q, float scale, float bias, float* acc, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) acc[d] += q[d] * scale + bias;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) void acc_f16_avx2(const uint16_t* h, float* acc,
+                                                            int64_t dim) {
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d)));
+    _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), v));
+  }
+  for (; d < dim; ++d) acc[d] += f16_to_f32(h[d]);
+}
+__attribute__((target("avx2,fma"))) void acc_i8_avx2(const uint8_t* q, float scale, float bias,
+                                                     float* acc, int64_t dim) {
+  const __m256 s = _mm256_set1_ps(scale), b = _mm256_set1_ps(bias);
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + d));
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    _mm256_storeu_ps(acc + d, _mm256_add_ps(_mm256_loadu_ps(acc + d), _mm256_fmadd_ps(v, s, b)));
+  }
+  for (; d < dim; ++d) acc[d] += q[d] * scale + bias;
+}
+bool have_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
+
+void acc_row(const uint8_t* p, DType dtype, int64_t dim, float* acc) {
+  if (dtype == DType::kF32) {
+    acc_f32(reinterpret_cast<const float*>(p), acc, dim);
+    return;
+  }
+  if (dtype == DType::kF16) {
+#if defined(__x86_64__)
+    if (have_avx2()) return acc_f16_avx2(reinterpret_cast<const uint16_t*>(p), acc, dim);
+#endif
+    return acc_f16(reinterpret_cast<const uint16_t*>(p), acc, dim);
+  }
+  float scale, bias;
+  std::memcpy(&scale, p + dim, 4);
+  std::memcpy(&bias, p + dim + 4, 4);
+#if defined(__x86_64__)
+  if (have_avx2()) return acc_i8_avx2(p, scale, bias, acc, dim);
+#endif
+  acc_i8(p, scale, bias, acc, dim);
+}
+
+// Rows ahead of the current one whose cache lines are prefetched (random gathers are latency
+// bound; measured on the 2-vCPU VM: see docs/recsys.md).
+constexpr int64_t kPrefetchDistance = 8;
 
 }  // namespace
 
@@ -275,18 +343,7 @@ void EmbeddingTable::accumulate_row(int64_t row, float* acc, HotRowCache* cache)
     for (int64_t d = 0; d < dim_; ++d) acc[d] += buf[d];
     return;
   }
-  if (dtype_ == DType::kF32) {
-    const float* f = reinterpret_cast<const float*>(p);
-    for (int64_t d = 0; d < dim_; ++d) acc[d] += f[d];
-  } else if (dtype_ == DType::kF16) {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-    for (int64_t d = 0; d < dim_; ++d) acc[d] += f16_to_f32(h[d]);
-  } else {
-    float scale, bias;
-    std::memcpy(&scale, p + dim_, 4);
-    std::memcpy(&bias, p + dim_ + 4, 4);
-    for (int64_t d = 0; d < dim_; ++d) acc[d] += p[d] * scale + bias;
-  }
+  acc_row(p, dtype_, dim_, acc);
 }
 
 void EmbeddingTable::pooled_lookup(const int64_t* ids, const int64_t* offsets, int64_t bags,
@@ -300,7 +357,16 @@ void EmbeddingTable::pooled_lookup(const int64_t* ids, const int64_t* offsets, i
     std::fill(acc, acc + dim_, 0.0f);
     const int64_t lo = offsets[b], hi = offsets[b + 1];
     if (hi < lo) throw InvalidArgument(cat("table '", name_, "': offsets decrease at bag ", b));
-    for (int64_t i = lo; i < hi; ++i) accumulate_row(ids[i], acc, cache);
+    for (int64_t i = lo; i < hi; ++i) {
+      if (!cache && i + kPrefetchDistance < offsets[bags]) {
+        const int64_t next = ids[i + kPrefetchDistance];
+        if (next >= 0 && next < rows_) {
+          const uint8_t* q = row_data(next);
+          for (int64_t off = 0; off < row_bytes_; off += 64) __builtin_prefetch(q + off);
+        }
+      }
+      accumulate_row(ids[i], acc, cache);
+    }
     if (mode == Pooling::kMean && hi > lo) {
       const float inv = 1.0f / static_cast<float>(hi - lo);
       for (int64_t d = 0; d < dim_; ++d) acc[d] *= inv;
