@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tandem rec-serve`: serve a recommendation model from the zoo to concurrent clients under one of
+// the baseline policies and report latency percentiles, throughput and queue times; optionally
+// write a Chrome-trace JSON of every op.
+//
+//   tandem rec-serve --model rm2 --clients 16 --duration 5 --policy stream-pool -o json
+//   tandem rec-serve --model din --rate 50 --policy dynamic-batch --trace din.trace.json
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "report.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/build_info.h"
+#include "tandem/core/error.h"
+#include "tandem/recsys/serving.h"
+#include "tandem/recsys/workload.h"
+
+namespace tandem::cli {
+namespace {
+
+struct RecServeOptions {
+  std::string model = "tiny-dlrm";
+  std::string policy = "fcfs";
+  std::string output = "md";
+  std::string trace;
+  std::string weights;
+  std::string save_weights;
+  std::string index_dist = "zipf";
+  std::string size_dist = "fixed";
+  std::string table_dtype;
+  int clients = 1;
+  int streams = 4;
+  int threads = 0;
+  int pool = 64;
+  int trace_events = 100000;
+  double duration_s = 5;
+  double warmup_s = 0.5;
+  double rate_qps = 0;
+  double zipf_s = 1.05;
+  double rows_scale = 0;  // 0: fit the tables into table_budget_mib
+  double table_budget_mib = 1024;
+  double max_delay_us = 1000;
+  int64_t query_size = 0;
+  int64_t max_batch = 1024;
+  int64_t cache_rows = 0;
+  uint64_t seed = 1;
+};
+
+int run_rec_serve(const RecServeOptions& o) {
+  using namespace tandem::rec;
+  if (o.threads > 0) set_cpu_num_threads(o.threads);
+  ModelConfig cfg = zoo_config(o.model);
+  if (!o.table_dtype.empty()) {
+    cfg.table_dtype = parse_dtype(o.table_dtype);
+    EmbeddingTable::row_bytes(cfg.table_dtype, 1);  // rejects dtypes tables cannot hold
+  }
+  const int64_t full_bytes = cfg.table_bytes();
+  double scale = 1.0;
+  if (o.rows_scale > 0) {
+    cfg.scale_rows(o.rows_scale);
+    scale = o.rows_scale;
+  } else {
+    scale = cfg.fit_tables(static_cast<int64_t>(o.table_budget_mib * (1 << 20)));
+  }
+  if (o.query_size > 0) cfg.query_size = o.query_size;
+  std::fprintf(stderr, "rec-serve: model %s (%s), tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
+               cfg.name.c_str(), to_string(cfg.kind), cfg.table_bytes() / 1048576.0, scale,
+               full_bytes / 1048576.0);
+  RecModel model = o.weights.empty() ? RecModel::generate(cfg) : RecModel::load(cfg, o.weights);
+  if (!o.save_weights.empty()) model.save(o.save_weights);
+  if (o.cache_rows > 0) model.set_cache_rows(o.cache_rows);
+
+  WorkloadOptions w;
+  w.index.dist = parse_index_dist(o.index_dist);
+  w.index.zipf_s = o.zipf_s;
+  w.size.dist = parse_size_dist(o.size_dist);
+  w.seed = o.seed;
+  QueryFactory factory(cfg, w);
+  std::vector<std::shared_ptr<const QueryInputs>> pool;
+  for (int i = 0; i < std::max(1, o.pool); ++i)
+    pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
+
+  CpuExecutor ex;
+  Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
+  if (!o.trace.empty()) ex.set_tracer(&tracer);
+  PolicyOptions po;
+  po.policy = o.policy;
+  po.streams = o.streams;
+  po.max_batch_rows = o.max_batch;
+  po.max_queue_delay_us = o.max_delay_us;
+  LoadStats s;
+  {
+    auto policy = make_policy(model, ex, po);
+    LoadOptions lo;
+    lo.clients = o.clients;
+    lo.duration_s = o.duration_s;
+    lo.warmup_s = o.warmup_s;
+    lo.rate_qps = o.rate_qps;
+    lo.seed = o.seed;
+    s = run_load(*policy, pool, lo);
+  }
+  ex.synchronize();
+  if (!o.trace.empty()) tracer.write(o.trace);
+  auto caches = model.cache_stats();
+  double hit = 0;
+  for (const auto& c : caches) hit += c.hit_rate();
+  if (!caches.empty()) hit /= double(caches.size());
+
+  if (o.output == "json") {
+    nlohmann::json j = {{"schema_version", 1},
+                        {"build", build_info_json()},
+                        {"system", system_json()},
+                        {"params",
+                         {{"model", cfg.name},
+                          {"kind", to_string(cfg.kind)},
+                          {"policy", o.policy},
+                          {"clients", o.clients},
+                          {"rate_qps", o.rate_qps},
+                          {"streams", o.streams},
+                          {"duration_s", o.duration_s},
+                          {"query_size", cfg.query_size},
+                          {"size_dist", o.size_dist},
+                          {"index_dist", o.index_dist},
+                          {"rows_scale", scale},
+                          {"table_bytes", cfg.table_bytes()},
+                          {"table_dtype", std::string(dtype_name(cfg.table_dtype))},
+                          {"threads", cpu_num_threads()}}},
+                        {"results", s.to_json()}};
+    if (!caches.empty()) j["results"]["cache_hit_rate"] = hit;
+    if (!o.trace.empty()) j["trace"] = o.trace;
+    std::printf("%s\n", j.dump(2).c_str());
+    return s.errors ? 1 : 0;
+  }
+  std::printf(
+      "| model | policy | clients | QPS | rows/s | p50 ms | p95 ms | p99 ms | queue mean ms | "
+      "queue "
+      "p99 ms | service mean ms | batch rows |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %s | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
+              cfg.name.c_str(), s.policy.c_str(),
+              o.rate_qps > 0 ? cat("open ", o.rate_qps, "/s").c_str() : cat(o.clients).c_str(),
+              s.throughput_qps, s.rows_per_s, s.latency_ms.p50, s.latency_ms.p95, s.latency_ms.p99,
+              s.queue_ms.mean, s.queue_ms.p99, s.service_ms.mean, s.mean_batch_rows);
+  std::printf("\n%lld queries in %.2f s, %lld errors", static_cast<long long>(s.completed),
+              s.measured_s, static_cast<long long>(s.errors));
+  if (!caches.empty()) std::printf(", hot-row cache hit rate %.1f%%", 100 * hit);
+  if (!o.trace.empty())
+    std::printf("; trace: %s (%zu ops, open in chrome://tracing or ui.perfetto.dev)",
+                o.trace.c_str(), tracer.size());
+  std::printf("\n");
+  return s.errors ? 1 : 0;
+}
+
+const CommandRegistration kReg([](CLI::App& app) {
+  auto o = std::make_shared<RecServeOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "rec-serve", "Serve a recommendation model (DLRM, WnD, DIN, BST) to concurrent clients");
+  sub->add_option("-m,--model", o->model,
+                  "Zoo name (rm1, rm2, rm3, wnd, din, bst, ...) or JSON file")
+      ->capture_default_str();
+  sub->add_option("-c,--clients", o->clients, "Closed-loop clients")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("-d,--duration", o->duration_s, "Measured seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("-p,--policy", o->policy, "Serving policy")
+      ->check(CLI::IsMember({"fcfs", "stream-pool", "instances", "dynamic-batch"}))
+      ->capture_default_str();
+  sub->add_option("-o,--output", o->output, "Output format")
+      ->check(CLI::IsMember({"md", "json"}))
+      ->capture_default_str();
+  sub->add_option("--trace", o->trace, "Write a Chrome-trace JSON of every op to this file");
+  sub->add_option("--trace-events", o->trace_events, "Most ops kept in the trace")
+      ->capture_default_str();
+  sub->add_option("--streams", o->streams, "Streams / instances of the policy")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub->add_option("--rate", o->rate_qps, "Open loop: Poisson arrivals per second (0 = closed loop)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")->capture_default_str();
+  sub->add_option("--query-size", o->query_size, "Candidate rows per query (0 = the model's)");
+  sub->add_option("--size-dist", o->size_dist, "Query sizes: fixed, normal, lognormal, uniform")
+      ->check(CLI::IsMember({"fixed", "normal", "lognormal", "uniform"}))
+      ->capture_default_str();
+  sub->add_option("--index-dist", o->index_dist, "Embedding ids: uniform, zipf, stack")
+      ->check(CLI::IsMember({"uniform", "zipf", "stack"}))
+      ->capture_default_str();
+  sub->add_option("--zipf-s", o->zipf_s, "Zipf exponent")->capture_default_str();
+  sub->add_option("--rows-scale", o->rows_scale,
+                  "Multiply every table's rows by this (default: fit --table-budget)");
+  sub->add_option("--table-budget", o->table_budget_mib, "MiB the tables may use when scaling")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--table-dtype", o->table_dtype, "Table storage: f32, f16, i8")
+      ->check(CLI::IsMember({"f32", "f16", "i8"}));
+  sub->add_option("--weights", o->weights, "Load weights from this safetensors file")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--save-weights", o->save_weights, "Write the weights as safetensors");
+  sub->add_option("--max-batch", o->max_batch, "dynamic-batch: rows per merged launch")
+      ->capture_default_str();
+  sub->add_option("--max-delay-us", o->max_delay_us, "dynamic-batch: longest queue delay")
+      ->capture_default_str();
+  sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)");
+  sub->add_option("--pool", o->pool, "Distinct queries generated and reused")
+      ->capture_default_str();
+  sub->add_option("-t,--threads", o->threads, "CPU threads of the kernels (0 = default)");
+  sub->add_option("--seed", o->seed, "Workload seed")->capture_default_str();
+  return Command{sub, [o] { return run_rec_serve(*o); }};
+});
+
+}  // namespace
+}  // namespace tandem::cli

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Executor interface of recsys serving (specs/recsys.md §2.1) and its CPU implementation over
+// tandem streams, plus the per-op tracer that writes Chrome-trace JSON.
+//
+// Serving policies (serving.h) and the later RecOS / RACE / RecStream schedulers talk only to an
+// Executor: they create streams (asynchronous in-order queues), launch op instances (one graph
+// node of one query) on them, order streams with events, and run host callbacks in stream order.
+// CpuExecutor maps a stream to a tandem CPU stream (core/stream.h): a queue served by the shared
+// worker pool; a wait parks the queue without blocking a worker. An op keeps its intra-op
+// parallelism (OpenMP inside the kernels), capped by LaunchLimits::max_units threads for the
+// embedding kernels.
+//
+//   tandem::rec::CpuExecutor ex;
+//   int s = ex.create_stream();
+//   auto st = model.make_state(q);
+//   for (int id : model.topological_order()) ex.launch(s, {&model, id, &st, 0});
+//   ex.host(s, [&] { done(model.scores(st)); });
+//
+// Departures from the spec's interface: stream priorities are recorded but the CPU worker pool
+// serves runnable queues in FIFO order; on_done(event, fn) is host(stream, fn) (a callback in the
+// order of the stream it was issued on); alloc_async returns accounted host memory at once and
+// free_async releases it when the stream reaches that point. When a node throws, the error is kept
+// in QueryState::error and the query's later nodes are skipped. Thread-safety: all methods may be
+// called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "tandem/core/stream.h"
+#include "tandem/export.h"
+#include "tandem/recsys/model.h"
+
+namespace tandem::rec {
+
+using Clock = std::chrono::steady_clock;
+
+// One op of one query.
+struct OpInstance {
+  const RecModel* model = nullptr;
+  int node = -1;
+  QueryState* state = nullptr;
+  int64_t query_id = 0;
+  const char* category = "";  // cost class, for traces
+};
+
+struct LaunchLimits {
+  int max_units = 0;  // 0 = uncapped; CPU: worker threads of the op
+};
+
+struct ExecutorInfo {
+  int capacity = 0;        // CPU: worker threads T
+  int parallel_units = 0;  // CPU: T
+  double peak_flops = 0, peak_bytes_per_s = 0, launch_overhead_us = 0;
+};
+
+// Collects per-op spans; writes them as Chrome trace events (chrome://tracing, Perfetto).
+class TANDEM_API Tracer {
+ public:
+  explicit Tracer(size_t max_events = 500000) : max_events_(max_events) {}
+  void add(const std::string& name, const std::string& category, int64_t query, int stream,
+           Clock::time_point begin, Clock::time_point end);
+  size_t size() const;
+  size_t dropped() const;
+  // {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur" (µs), "pid": 1, "tid" (worker),
+  //   "args": {"query", "stream"}}], "displayTimeUnit": "ms"}
+  nlohmann::json chrome_json() const;
+  void write(const std::string& path) const;
+
+ private:
+  struct Span {
+    std::string name, category;
+    int64_t query;
+    int stream, tid;
+    double ts_us, dur_us;
+  };
+  size_t max_events_;
+  mutable std::mutex mu_;
+  std::vector<Span> spans_;
+  std::unordered_map<std::thread::id, int> tids_;
+  size_t dropped_ = 0;
+  Clock::time_point origin_ = Clock::now();
+};
+
+class TANDEM_API Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual int create_stream(int priority = 0) = 0;
+  virtual int num_streams() const = 0;
+  virtual std::shared_ptr<Event> create_event() = 0;
+  virtual void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) = 0;
+  // Runs fn after all earlier items of the stream (the query's completion callback).
+  virtual void host(int stream, std::function<void()> fn) = 0;
+  virtual void record(Event& event, int stream) = 0;
+  virtual void wait(int stream, Event& event) = 0;  // never blocks the caller or a worker
+  virtual bool done(Event& event) = 0;
+  virtual void* alloc_async(size_t bytes, int stream) = 0;
+  virtual void free_async(void* ptr, size_t bytes, int stream) = 0;
+  virtual ExecutorInfo info() const = 0;
+  // Blocks until every stream is idle; re-throws the first error a host callback raised.
+  virtual void synchronize() = 0;
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
+ protected:
+  Tracer* tracer_ = nullptr;
+};
+
+class TANDEM_API CpuExecutor final : public Executor {
+ public:
+  CpuExecutor();
+  ~CpuExecutor() override;
+  int create_stream(int priority = 0) override;
+  int num_streams() const override;
+  std::shared_ptr<Event> create_event() override;
+  void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) override;
+  void host(int stream, std::function<void()> fn) override;
+  void record(Event& event, int stream) override;
+  void wait(int stream, Event& event) override;
+  bool done(Event& event) override;
+  void* alloc_async(size_t bytes, int stream) override;
+  void free_async(void* ptr, size_t bytes, int stream) override;
+  ExecutorInfo info() const override;
+  void synchronize() override;
+
+ private:
+  Stream& stream(int id) const;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Stream>> streams_;
+};
+
+}  // namespace tandem::rec

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// Recommendation models (DLRM, Wide&Deep, DIN, BST) as op graphs whose nodes are the scheduler's
+// units.
+//
+// A RecModel is built from a ModelConfig (config.h) with generated weights (weights.h) or weights
+// loaded from a safetensors file. Its graph() is a tandem::Graph: one node per embedding bag, per
+// MLP layer (GEMM + bias + activation), per interaction / attention / normalisation step, each
+// carrying FLOPs and bytes for a query of q candidate rows and an attribute "cost_class" (MEM,
+// COMP or TINY, specs/recsys.md §2.2: TINY when the roofline time is below a threshold, else MEM
+// when FLOP/byte is below the ridge point, else COMP). Executors run nodes one at a time with
+// run_node(); forward() runs them all in topological order.
+//
+// Semantics (the numpy reference scripts/recsys/reference.py implements the same, independently):
+//   linear(x) = x W^T + b (W [out, in] as nn.Linear); hidden layers ReLU; the last top layer has
+//   no activation and the output is sigmoid(logit), one score per candidate row.
+//   DLRM  x = bottom(dense); e_t = pool(table_t, bag); dot: [x, z_i . z_j for i > j over
+//         z = (x, e_1..e_T)] (strict lower triangle, row-major in i); cat: [x, e_1..e_T];
+//         logit = top(...).
+//   WnD   deep = top([bottom(dense), e_1..e_T]); wide = dense . w_wide + sum_t wide_t[id] + b;
+//         logit = deep + wide.
+//   DIN   item(r) = concat over item tables; c = item(candidate), s_l = item(behaviour l);
+//         a_l = att([s_l, c, s_l - c, s_l * c]) (hidden ReLU, output 1, no softmax);
+//         u = sum_l a_l s_l; logit = top([dense, user bags, u, c]).
+//   BST   X = [s_1..s_L, c] + pos (L+1 rows of width d); one post-LN transformer block:
+//         H = LN1(X + MHA(X)), Y = LN2(H + W2 ReLU(W1 H)); logit = top([dense, user bags,
+//         flatten(Y)]).
+//
+//   auto m = tandem::rec::RecModel::generate(tandem::rec::zoo_config("tiny-dlrm"));
+//   tandem::rec::QueryInputs q = ...;               // workload.h makes these
+//   std::vector<float> scores = m.forward(q);      // q.rows scores in (0, 1)
+//
+// Thread-safety: a RecModel is immutable after construction; run_node/forward may run concurrently
+// on distinct QueryStates (and concurrently on distinct nodes of one state, as the graph allows).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/core/graph.h"
+#include "tandem/core/tensor.h"
+#include "tandem/export.h"
+#include "tandem/recsys/config.h"
+#include "tandem/recsys/embedding.h"
+
+namespace tandem::rec {
+
+// The inputs of one query: `rows` candidate rows, row-wise so that queries can be concatenated.
+struct QueryInputs {
+  int64_t rows = 0;
+  std::vector<float> dense;  // rows * dense_features
+  // Per pooled table: CSR bags, ids [offsets[r], offsets[r+1]) belong to row r. Raw ids for
+  // hashed tables, rows otherwise.
+  std::vector<std::vector<int64_t>> ids, offsets;
+  // DIN/BST, per item table: candidate ids [rows] and behaviour ids [rows * seq_len].
+  std::vector<std::vector<int64_t>> item_ids, seq_ids;
+};
+
+// Concatenates queries row-wise (dynamic batching); all must belong to the same model.
+TANDEM_API QueryInputs concat_queries(const std::vector<const QueryInputs*>& parts);
+
+enum class CostClass { kMem, kComp, kTiny };
+TANDEM_API const char* to_string(CostClass c);  // "MEM", "COMP", "TINY"
+
+struct CostClassOptions {
+  double peak_flops = 70e9;  // the 2-core machine of specs/dependencies.md
+  double bandwidth_bytes_per_s = 10e9;
+  double tiny_s = 5e-6;  // TINY below this roofline time (k x enqueue overhead)
+};
+TANDEM_API CostClass classify(const OpNode& node, const CostClassOptions& opt = {});
+
+// Per-query execution state: one output tensor per node, filled by run_node.
+struct QueryState {
+  const QueryInputs* inputs = nullptr;
+  std::vector<Tensor> values;  // indexed by node id
+  std::exception_ptr error;    // set by an executor when a node failed (later nodes are skipped)
+};
+
+class TANDEM_API RecModel {
+ public:
+  // Generated weights (seed = cfg.seed).
+  static RecModel generate(const ModelConfig& cfg);
+  // Weights from a safetensors file written by save(); checks every tensor's presence, dtype and
+  // shape against cfg (ParseError naming the file and tensor).
+  static RecModel load(const ModelConfig& cfg, const std::string& path);
+  void save(const std::string& path) const;
+
+  RecModel(RecModel&&) noexcept;
+  RecModel& operator=(RecModel&&) noexcept;
+  ~RecModel();
+
+  const ModelConfig& config() const;
+  // The op graph for a query of q rows (node ids do not depend on q); attrs carry "cost_class".
+  Graph graph(int64_t q, const CostClassOptions& opt = {}) const;
+  int num_nodes() const;
+  const std::string& node_name(int id) const;
+  const std::vector<int>& topological_order() const;
+
+  QueryState make_state(const QueryInputs& in) const;
+  // Runs one node (its inputs must have run). `max_threads` caps its intra-op threads (0 = the
+  // CPU default).
+  void run_node(int id, QueryState& st, int max_threads = 0) const;
+  // The scores of the last node (rows values).
+  std::vector<float> scores(const QueryState& st) const;
+  // Checks the inputs against the config (sizes, id ranges); InvalidArgument naming the table.
+  void validate(const QueryInputs& in) const;
+  std::vector<float> forward(const QueryInputs& in) const;
+
+  // Embedding tables (for statistics, benchmarks and caches).
+  const std::vector<EmbeddingTable>& tables() const;
+  const std::vector<EmbeddingTable>& item_tables() const;
+  // Attaches a hot-row cache of `rows_per_table` rows to every pooled table (0 removes them).
+  void set_cache_rows(int64_t rows_per_table);
+  std::vector<CacheStats> cache_stats() const;
+  int64_t weight_bytes() const;
+
+  struct Impl;
+
+ private:
+  explicit RecModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::rec

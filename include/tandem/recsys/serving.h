@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// Concurrent serving of recommendation queries: the baseline policies of specs/recsys.md §3 over
+// an Executor, and the closed-/open-loop load generator that measures them.
+//
+// Policies (submit() is thread-safe and returns a future of the query's scores and timings):
+//   fcfs           B1: one stream, queries FIFO, each query's ops in topological order; no
+//                  interleaving across queries (stock TF-Serving / one Triton instance).
+//   stream-pool    B2 (NVIDIA Multi-Stream TF): N streams; a whole query goes to the stream with
+//                  the least outstanding predicted work (roofline time of its graph).
+//   instances      B3 (Triton instance_group count N): N instances, each one stream running one
+//                  request at a time; a request takes a free instance or waits FIFO for one.
+//   dynamic-batch  B3 + Triton's dynamic batcher: waiting requests are merged row-wise while the
+//                  batch holds <= max_batch_rows rows and the oldest has waited less than
+//                  max_queue_delay_us; each request gets its own rows of the batch's scores.
+// Every response carries queue time (arrival to the start of its first op), service time and
+// latency. run_load() drives a policy with N closed-loop clients (each submits, waits, repeats)
+// or Poisson open-loop arrivals for a duration and reports p50/p95/p99 latency, throughput and
+// queue times.
+//
+//   tandem::rec::CpuExecutor ex;
+//   auto policy = tandem::rec::make_policy(model, ex, {.policy = "stream-pool", .streams = 4});
+//   auto stats = tandem::rec::run_load(*policy, pool, {.clients = 16, .duration_s = 5});
+//
+// Thread-safety: submit() from any thread; destroy a policy only when no submit is in flight (the
+// destructor waits for the queries it accepted).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tandem/export.h"
+#include "tandem/recsys/executor.h"
+#include "tandem/recsys/model.h"
+
+namespace tandem::rec {
+
+struct Response {
+  int64_t id = 0;  // the submit order
+  std::vector<float> scores;
+  double queue_s = 0, service_s = 0, latency_s = 0;
+  int64_t batch_rows = 0;  // rows of the launch this query ran in
+};
+
+struct PolicyOptions {
+  std::string policy = "fcfs";       // fcfs | stream-pool | instances | dynamic-batch
+  int streams = 4;                   // N of stream-pool / instances / dynamic-batch
+  int64_t max_batch_rows = 1024;     // dynamic-batch: rows per merged launch
+  double max_queue_delay_us = 1000;  // dynamic-batch: longest wait for more requests
+};
+
+class TANDEM_API ServingPolicy {
+ public:
+  virtual ~ServingPolicy() = default;
+  virtual std::string name() const = 0;
+  // Validates the query (InvalidArgument at once) and queues it.
+  virtual std::future<Response> submit(std::shared_ptr<const QueryInputs> query) = 0;
+};
+
+// Throws InvalidArgument for an unknown policy name or streams < 1.
+TANDEM_API std::unique_ptr<ServingPolicy> make_policy(const RecModel& model, Executor& executor,
+                                                      const PolicyOptions& options);
+TANDEM_API std::vector<std::string> policy_names();
+
+struct LoadOptions {
+  int clients = 1;        // closed loop: concurrent clients (1..64+)
+  double duration_s = 5;  // measured time
+  double warmup_s = 0.5;  // responses that arrive earlier are not counted
+  double rate_qps = 0;    // > 0: open loop with Poisson arrivals at this rate (clients ignored)
+  uint64_t seed = 1;
+  // Called for every response with the index of its query in the pool (any thread).
+  std::function<void(size_t pool_index, const Response&)> on_response;
+};
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p95 = 0, p99 = 0, max = 0;
+};
+TANDEM_API Percentiles percentiles_ms(std::vector<double> seconds);
+
+struct TANDEM_API LoadStats {
+  std::string policy;
+  int clients = 0;
+  double rate_qps = 0;
+  int64_t completed = 0, errors = 0;
+  double measured_s = 0, throughput_qps = 0, rows_per_s = 0;
+  Percentiles latency_ms, queue_ms, service_ms;
+  double mean_batch_rows = 0;
+  nlohmann::json to_json() const;
+};
+
+// Runs the load over `pool` (queries reused round-robin) and waits for every submitted query.
+TANDEM_API LoadStats run_load(ServingPolicy& policy,
+                              const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                              const LoadOptions& options);
+
+}  // namespace tandem::rec

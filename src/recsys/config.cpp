@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+// Strict JSON reader of recommendation-model configurations and the built-in zoo.
+#include "tandem/recsys/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/json_reader.h"
+#include "tandem/core/error.h"
+
+namespace tandem::rec {
+
+using detail::JsonField;
+
+const char* to_string(ModelKind k) {
+  switch (k) {
+    case ModelKind::kDlrm:
+      return "dlrm";
+    case ModelKind::kWnd:
+      return "wnd";
+    case ModelKind::kDin:
+      return "din";
+    case ModelKind::kBst:
+      return "bst";
+  }
+  return "?";
+}
+const char* to_string(Interaction i) { return i == Interaction::kDot ? "dot" : "cat"; }
+const char* to_string(Pooling p) { return p == Pooling::kSum ? "sum" : "mean"; }
+
+int64_t ModelConfig::item_dim() const {
+  int64_t d = 0;
+  for (const auto& t : item_tables) d += t.dim;
+  return d;
+}
+
+void ModelConfig::scale_rows(double factor) {
+  if (!(factor > 0) || !std::isfinite(factor))
+    throw InvalidArgument(cat("scale_rows(", factor, "): need a positive factor"));
+  auto scale = [&](std::vector<TableConfig>& ts) {
+    for (auto& t : ts)
+      t.rows = std::max<int64_t>(1, static_cast<int64_t>(std::llround(t.rows * factor)));
+  };
+  scale(tables);
+  scale(item_tables);
+}
+
+int64_t ModelConfig::table_bytes() const {
+  int64_t b = 0;
+  auto row = [&](int64_t dim) {
+    return table_dtype == DType::kI8 ? dim + 8 : dim * dtype_block_bytes(table_dtype);
+  };
+  for (const auto& t : tables) b += t.rows * row(t.dim);
+  for (const auto& t : item_tables) b += t.rows * row(t.dim);
+  return b;
+}
+
+double ModelConfig::fit_tables(int64_t budget_bytes) {
+  if (budget_bytes <= 0) throw InvalidArgument(cat("fit_tables: budget ", budget_bytes, " bytes"));
+  const int64_t b = table_bytes();
+  if (b <= budget_bytes) return 1.0;
+  const double f = double(budget_bytes) / double(b);
+  scale_rows(f);
+  return f;
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  auto tabs = [](const std::vector<TableConfig>& ts) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& t : ts)
+      a.push_back({{"rows", t.rows}, {"dim", t.dim}, {"pooling", t.pooling}, {"hash", t.hash}});
+    return a;
+  };
+  nlohmann::json j = {{"kind", to_string(kind)},
+                      {"dense_features", dense_features},
+                      {"bottom_mlp", bottom_mlp},
+                      {"top_mlp", top_mlp},
+                      {"tables", tabs(tables)},
+                      {"pooling_mode", to_string(pooling_mode)},
+                      {"table_dtype", std::string(dtype_name(table_dtype))},
+                      {"query_size", query_size},
+                      {"seed", seed}};
+  if (!description.empty()) j["description"] = description;
+  if (kind == ModelKind::kDlrm) j["interaction"] = to_string(interaction);
+  if (kind == ModelKind::kDin || kind == ModelKind::kBst) {
+    j["item_tables"] = tabs(item_tables);
+    j["seq_len"] = seq_len;
+  }
+  if (kind == ModelKind::kDin) j["attention_mlp"] = attention_mlp;
+  if (kind == ModelKind::kBst) {
+    j["heads"] = heads;
+    j["ffn_dim"] = ffn_dim;
+  }
+  return j;
+}
+
+namespace {
+
+std::vector<int64_t> widths(const JsonField& f) {
+  std::vector<int64_t> out;
+  const size_t n = f.array_size();
+  for (size_t i = 0; i < n; ++i) out.push_back(f[i].positive_integer());
+  return out;
+}
+
+std::vector<TableConfig> parse_tables(const JsonField& f, const std::string& prefix,
+                                      int64_t default_dim, int64_t default_pooling) {
+  std::vector<TableConfig> out;
+  const size_t n = f.array_size();
+  for (size_t i = 0; i < n; ++i) {
+    const JsonField e = f[i];
+    e.expect_object({"rows", "count", "dim", "pooling", "hash"});
+    TableConfig t;
+    t.rows = e.at("rows").positive_integer();
+    t.dim = e.has("dim") ? e.at("dim").positive_integer() : default_dim;
+    t.pooling = e.has("pooling") ? e.at("pooling").positive_integer() : default_pooling;
+    t.hash = e.has("hash") ? e.at("hash").boolean() : false;
+    if (t.dim <= 0) e.fail("no 'dim' and no model 'embedding_dim'");
+    const int64_t count = e.has("count") ? e.at("count").positive_integer() : 1;
+    if (count > 4096) e.at("count").fail(cat("at most 4096 tables, got ", count));
+    for (int64_t c = 0; c < count; ++c) {
+      t.name = cat(prefix, '.', out.size());
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
+                               const std::string& source, const std::string& path) {
+  const JsonField f(j, source, path);
+  f.expect_object({"kind", "description", "dense_features", "bottom_mlp", "top_mlp",
+                   "embedding_dim", "pooling", "pooling_mode", "interaction", "tables",
+                   "item_tables", "seq_len", "attention_mlp", "heads", "ffn_dim", "query_size",
+                   "seed", "table_dtype"});
+  ModelConfig c;
+  c.name = name;
+  const JsonField kind = f.at("kind");
+  const std::string k = kind.string();
+  if (k == "dlrm")
+    c.kind = ModelKind::kDlrm;
+  else if (k == "wnd")
+    c.kind = ModelKind::kWnd;
+  else if (k == "din")
+    c.kind = ModelKind::kDin;
+  else if (k == "bst")
+    c.kind = ModelKind::kBst;
+  else
+    kind.fail(cat("unknown model kind '", k, "' (dlrm, wnd, din, bst)"));
+  const bool seq = c.kind == ModelKind::kDin || c.kind == ModelKind::kBst;
+  if (f.has("description")) c.description = f.at("description").string();
+  if (f.has("dense_features")) c.dense_features = f.at("dense_features").non_negative_integer();
+  if (f.has("bottom_mlp")) c.bottom_mlp = widths(f.at("bottom_mlp"));
+  c.top_mlp = widths(f.at("top_mlp"));
+  if (c.top_mlp.empty() || c.top_mlp.back() != 1)
+    f.at("top_mlp").fail("the top MLP must end with a layer of width 1");
+  const int64_t dim = f.has("embedding_dim") ? f.at("embedding_dim").positive_integer() : 0;
+  const int64_t pooling = f.has("pooling") ? f.at("pooling").positive_integer() : 1;
+  if (f.has("pooling_mode")) {
+    const JsonField pm = f.at("pooling_mode");
+    const std::string s = pm.string();
+    if (s == "sum")
+      c.pooling_mode = Pooling::kSum;
+    else if (s == "mean")
+      c.pooling_mode = Pooling::kMean;
+    else
+      pm.fail(cat("unknown pooling mode '", s, "' (sum, mean)"));
+  }
+  if (f.has("table_dtype")) {
+    const JsonField td = f.at("table_dtype");
+    const std::string s = td.string();
+    if (s == "f32")
+      c.table_dtype = DType::kF32;
+    else if (s == "f16")
+      c.table_dtype = DType::kF16;
+    else if (s == "i8")
+      c.table_dtype = DType::kI8;
+    else
+      td.fail(cat("unsupported table dtype '", s, "' (f32, f16, i8)"));
+  }
+  c.tables = parse_tables(f.at("tables"), seq ? "user" : "emb", dim, pooling);
+  if (f.has("interaction")) {
+    const JsonField in = f.at("interaction");
+    if (c.kind != ModelKind::kDlrm) in.fail("only DLRM models have an interaction");
+    const std::string s = in.string();
+    if (s == "dot")
+      c.interaction = Interaction::kDot;
+    else if (s == "cat")
+      c.interaction = Interaction::kCat;
+    else
+      in.fail(cat("unknown interaction '", s, "' (dot, cat)"));
+  }
+  if (f.has("query_size")) c.query_size = f.at("query_size").positive_integer();
+  if (f.has("seed")) c.seed = static_cast<uint64_t>(f.at("seed").non_negative_integer());
+  auto only = [&](const char* key, bool allowed, const char* who) {
+    if (f.has(key) && !allowed) f.at(key).fail(cat("only ", who, " models have '", key, "'"));
+  };
+  only("item_tables", seq, "DIN and BST");
+  only("seq_len", seq, "DIN and BST");
+  only("attention_mlp", c.kind == ModelKind::kDin, "DIN");
+  only("heads", c.kind == ModelKind::kBst, "BST");
+  only("ffn_dim", c.kind == ModelKind::kBst, "BST");
+  if (seq) {
+    c.item_tables = parse_tables(f.at("item_tables"), "item", dim, 1);
+    if (c.item_tables.empty()) f.at("item_tables").fail("need at least one item table");
+    for (auto& t : c.item_tables) t.pooling = 1;
+    c.seq_len = f.at("seq_len").positive_integer();
+  }
+  if (c.kind == ModelKind::kDin) c.attention_mlp = widths(f.at("attention_mlp"));
+  if (c.kind == ModelKind::kBst) {
+    c.heads = f.at("heads").positive_integer();
+    c.ffn_dim = f.at("ffn_dim").positive_integer();
+    if (c.item_dim() % c.heads != 0)
+      f.at("heads").fail(
+          cat("the item width ", c.item_dim(), " is not a multiple of ", c.heads, " heads"));
+  }
+  if (c.kind == ModelKind::kDlrm) {
+    if (c.tables.empty()) f.at("tables").fail("a DLRM needs at least one table");
+    if (c.dense_features == 0 && !c.bottom_mlp.empty())
+      f.at("bottom_mlp").fail("a bottom MLP needs dense_features > 0");
+    if (c.interaction == Interaction::kDot) {
+      if (c.dense_features == 0) f.fail("a dot interaction needs dense features");
+      const int64_t x = c.bottom_mlp.empty() ? c.dense_features : c.bottom_mlp.back();
+      for (const auto& t : c.tables)
+        if (t.dim != x)
+          f.at("tables").fail(cat("dot interaction: table ", t.name, " has width ", t.dim,
+                                  " but the bottom MLP ends at ", x));
+    }
+  }
+  if (c.kind == ModelKind::kWnd) {
+    if (c.tables.empty()) f.at("tables").fail("a Wide&Deep model needs at least one table");
+    if (c.dense_features == 0) f.fail("a Wide&Deep model needs dense features");
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  const nlohmann::json j = detail::read_json_file(path);
+  if (j.is_object() && j.contains("models")) {
+    auto zoo = parse_zoo(j, path);
+    if (zoo.size() != 1)
+      throw ParseError(path, -1,
+                       cat("models: a model file holds exactly one model, found ", zoo.size(),
+                           " (use zoo_config with a name)"));
+    return zoo.front();
+  }
+  return parse_model_config(j, std::filesystem::path(path).stem().string(), path);
+}
+
+std::vector<ModelConfig> parse_zoo(const nlohmann::json& j, const std::string& source) {
+  const JsonField f(j, source, "");
+  f.expect_object({"models"});
+  std::vector<ModelConfig> out;
+  for (const auto& [name, m] : f.at("models").members())
+    out.push_back(parse_model_config(m.value(), name, source, m.path()));
+  return out;
+}
+
+const std::string& builtin_zoo_json() {
+  static const std::string text =
+#include "recsys/zoo_json.inc"
+      ;
+  return text;
+}
+
+namespace {
+const std::vector<ModelConfig>& builtin_zoo() {
+  static const std::vector<ModelConfig> zoo =
+      parse_zoo(nlohmann::json::parse(builtin_zoo_json()), "builtin zoo");
+  return zoo;
+}
+}  // namespace
+
+std::vector<std::string> zoo_names() {
+  std::vector<std::string> names;
+  for (const auto& m : builtin_zoo()) names.push_back(m.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelConfig zoo_config(const std::string& name_or_path) {
+  for (const auto& m : builtin_zoo())
+    if (m.name == name_or_path) return m;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(name_or_path, ec)) return load_model_config(name_or_path);
+  std::string list;
+  for (const auto& n : zoo_names()) list += list.empty() ? n : ", " + n;
+  throw NotFound(
+      cat("no model '", name_or_path, "' in the zoo (", list, ") and no such config file"));
+}
+
+}  // namespace tandem::rec

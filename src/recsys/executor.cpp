@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// CpuExecutor over tandem CPU streams, and the Chrome-trace tracer.
+#include "tandem/recsys/executor.h"
+
+#include <fstream>
+
+#include "tandem/core/allocator.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/error.h"
+
+namespace tandem::rec {
+
+void Tracer::add(const std::string& name, const std::string& category, int64_t query, int stream,
+                 Clock::time_point begin, Clock::time_point end) {
+  std::lock_guard lk(mu_);
+  if (spans_.size() >= max_events_) {
+    ++dropped_;
+    return;
+  }
+  auto [it, fresh] = tids_.try_emplace(std::this_thread::get_id(), static_cast<int>(tids_.size()));
+  using us = std::chrono::duration<double, std::micro>;
+  spans_.push_back({name, category, query, stream, it->second, us(begin - origin_).count(),
+                    us(end - begin).count()});
+}
+
+size_t Tracer::size() const {
+  std::lock_guard lk(mu_);
+  return spans_.size();
+}
+
+size_t Tracer::dropped() const {
+  std::lock_guard lk(mu_);
+  return dropped_;
+}
+
+nlohmann::json Tracer::chrome_json() const {
+  std::lock_guard lk(mu_);
+  nlohmann::json ev = nlohmann::json::array();
+  for (const auto& s : spans_)
+    ev.push_back({{"name", s.name},
+                  {"cat", s.category},
+                  {"ph", "X"},
+                  {"ts", s.ts_us},
+                  {"dur", s.dur_us},
+                  {"pid", 1},
+                  {"tid", s.tid},
+                  {"args", {{"query", s.query}, {"stream", s.stream}}}});
+  for (const auto& [id, tid] : tids_)
+    ev.push_back({{"name", "thread_name"},
+                  {"ph", "M"},
+                  {"pid", 1},
+                  {"tid", tid},
+                  {"args", {{"name", cat("worker ", tid)}}}});
+  return {{"traceEvents", ev}, {"displayTimeUnit", "ms"}, {"dropped_events", dropped_}};
+}
+
+void Tracer::write(const std::string& path) const {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw IoError(cat("cannot create trace file '", path, "'"));
+  f << chrome_json().dump() << "\n";
+  if (!f) throw IoError(cat("error writing trace file '", path, "'"));
+}
+
+CpuExecutor::CpuExecutor() = default;
+
+CpuExecutor::~CpuExecutor() {
+  try {
+    synchronize();
+  } catch (...) {  // errors were reported to the queries' promises
+  }
+}
+
+int CpuExecutor::create_stream(int /*priority*/) {
+  std::lock_guard lk(mu_);
+  streams_.push_back(tandem::create_stream(Device::cpu()));
+  return static_cast<int>(streams_.size()) - 1;
+}
+
+int CpuExecutor::num_streams() const {
+  std::lock_guard lk(mu_);
+  return static_cast<int>(streams_.size());
+}
+
+Stream& CpuExecutor::stream(int id) const {
+  std::lock_guard lk(mu_);
+  if (id < 0 || id >= static_cast<int>(streams_.size()))
+    throw InvalidArgument(cat("CpuExecutor: no stream ", id, " (", streams_.size(), " created)"));
+  return *streams_[id];
+}
+
+std::shared_ptr<Event> CpuExecutor::create_event() {
+  return std::shared_ptr<Event>(tandem::create_event(Device::cpu()));
+}
+
+void CpuExecutor::launch(int s, const OpInstance& op, LaunchLimits limits) {
+  Tracer* tracer = tracer_;
+  stream(s).launch([op, limits, tracer, s] {
+    if (op.state->error) return;
+    const auto t0 = Clock::now();
+    try {
+      op.model->run_node(op.node, *op.state, limits.max_units);
+    } catch (...) {
+      op.state->error = std::current_exception();
+    }
+    if (tracer)
+      tracer->add(op.model->node_name(op.node), op.category, op.query_id, s, t0, Clock::now());
+  });
+}
+
+void CpuExecutor::host(int s, std::function<void()> fn) { stream(s).launch(std::move(fn)); }
+void CpuExecutor::record(Event& e, int s) { stream(s).record(e); }
+void CpuExecutor::wait(int s, Event& e) { stream(s).wait(e); }
+bool CpuExecutor::done(Event& e) { return e.query(); }
+
+void* CpuExecutor::alloc_async(size_t bytes, int s) {
+  (void)stream(s);
+  return allocator(Device::cpu()).allocate(bytes);
+}
+
+void CpuExecutor::free_async(void* ptr, size_t bytes, int s) {
+  stream(s).launch([ptr, bytes] { allocator(Device::cpu()).deallocate(ptr, bytes); });
+}
+
+ExecutorInfo CpuExecutor::info() const {
+  ExecutorInfo i;
+  i.capacity = i.parallel_units = cpu_num_threads();
+  const CostClassOptions c;
+  i.peak_flops = c.peak_flops;
+  i.peak_bytes_per_s = c.bandwidth_bytes_per_s;
+  i.launch_overhead_us = c.tiny_s * 1e6;
+  return i;
+}
+
+void CpuExecutor::synchronize() {
+  std::vector<Stream*> all;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& s : streams_) all.push_back(s.get());
+  }
+  for (Stream* s : all) s->synchronize();
+}
+
+}  // namespace tandem::rec

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// Closed- and open-loop load generation over a ServingPolicy, and its statistics.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "tandem/core/error.h"
+#include "tandem/recsys/serving.h"
+#include "tandem/recsys/workload.h"
+
+namespace tandem::rec {
+
+Percentiles percentiles_ms(std::vector<double> s) {
+  Percentiles p;
+  if (s.empty()) return p;
+  std::sort(s.begin(), s.end());
+  auto at = [&](double q) {  // nearest rank
+    const size_t i = static_cast<size_t>(std::ceil(q * double(s.size()))) - 1;
+    return 1e3 * s[std::min(i, s.size() - 1)];
+  };
+  double sum = 0;
+  for (double v : s) sum += v;
+  p.mean = 1e3 * sum / double(s.size());
+  p.p50 = at(0.50);
+  p.p95 = at(0.95);
+  p.p99 = at(0.99);
+  p.max = 1e3 * s.back();
+  return p;
+}
+
+nlohmann::json LoadStats::to_json() const {
+  auto pj = [](const Percentiles& p) {
+    return nlohmann::json{
+        {"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"max", p.max}};
+  };
+  return {{"policy", policy},
+          {"clients", clients},
+          {"rate_qps", rate_qps},
+          {"completed", completed},
+          {"errors", errors},
+          {"measured_s", measured_s},
+          {"throughput_qps", throughput_qps},
+          {"rows_per_s", rows_per_s},
+          {"latency_ms", pj(latency_ms)},
+          {"queue_ms", pj(queue_ms)},
+          {"service_ms", pj(service_ms)},
+          {"mean_batch_rows", mean_batch_rows}};
+}
+
+LoadStats run_load(ServingPolicy& policy,
+                   const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                   const LoadOptions& o) {
+  if (pool.empty()) throw InvalidArgument("run_load: empty query pool");
+  if (o.clients < 1 && o.rate_qps <= 0) throw InvalidArgument("run_load: clients must be >= 1");
+  if (!(o.duration_s > 0)) throw InvalidArgument("run_load: duration must be positive");
+  std::mutex mu;
+  std::vector<double> lat, queue, service;
+  double batch_rows = 0;
+  int64_t rows = 0, errors = 0;
+  const auto t0 = Clock::now();
+  const auto measure_from =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup_s));
+  const auto stop_at = measure_from + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(o.duration_s));
+  auto record = [&](size_t index, std::future<Response>& fut) {
+    try {
+      Response r = fut.get();
+      if (o.on_response) o.on_response(index, r);
+      const auto now = Clock::now();
+      if (now < measure_from) return;
+      std::lock_guard lk(mu);
+      lat.push_back(r.latency_s);
+      queue.push_back(r.queue_s);
+      service.push_back(r.service_s);
+      batch_rows += double(r.batch_rows);
+      rows += static_cast<int64_t>(r.scores.size());
+    } catch (...) {
+      std::lock_guard lk(mu);
+      ++errors;
+    }
+  };
+  if (o.rate_qps > 0) {
+    // Open loop: one thread submits at Poisson times; futures are collected in order.
+    std::mutex qmu;
+    std::condition_variable qcv;
+    std::deque<std::pair<size_t, std::future<Response>>> inflight;
+    bool done = false;
+    std::thread collector([&] {
+      for (;;) {
+        std::unique_lock lk(qmu);
+        qcv.wait(lk, [&] { return done || !inflight.empty(); });
+        if (inflight.empty()) return;
+        auto item = std::move(inflight.front());
+        inflight.pop_front();
+        lk.unlock();
+        record(item.first, item.second);
+      }
+    });
+    PoissonArrivals arrivals(o.rate_qps, o.seed);
+    auto next = Clock::now();
+    for (size_t k = 0;; ++k) {
+      next += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(arrivals.next_gap_s()));
+      if (next >= stop_at) break;
+      std::this_thread::sleep_until(next);
+      const size_t index = k % pool.size();
+      auto fut = policy.submit(pool[index]);
+      std::lock_guard lk(qmu);
+      inflight.emplace_back(index, std::move(fut));
+      qcv.notify_one();
+    }
+    {
+      std::lock_guard lk(qmu);
+      done = true;
+    }
+    qcv.notify_one();
+    collector.join();
+  } else {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < o.clients; ++c)
+      clients.emplace_back([&, c] {
+        for (size_t k = 0; Clock::now() < stop_at; ++k) {
+          const size_t index = (k * size_t(o.clients) + size_t(c)) % pool.size();
+          auto fut = policy.submit(pool[index]);
+          record(index, fut);
+        }
+      });
+    for (auto& t : clients) t.join();
+  }
+  LoadStats s;
+  s.policy = policy.name();
+  s.clients = o.rate_qps > 0 ? 0 : o.clients;
+  s.rate_qps = o.rate_qps;
+  s.completed = static_cast<int64_t>(lat.size());
+  s.errors = errors;
+  s.measured_s =
+      std::chrono::duration<double>(std::max(Clock::now(), stop_at) - measure_from).count();
+  s.throughput_qps = double(s.completed) / s.measured_s;
+  s.rows_per_s = double(rows) / s.measured_s;
+  s.latency_ms = percentiles_ms(lat);
+  s.queue_ms = percentiles_ms(queue);
+  s.service_ms = percentiles_ms(service);
+  s.mean_batch_rows = s.completed ? batch_rows / double(s.completed) : 0;
+  return s;
+}
+
+}  // namespace tandem::rec

@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+// RecModel: weights (generated, saved, loaded), graph, validation and execution of nodes.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "recsys/model_impl.h"
+#include "tandem/core/error.h"
+
+namespace tandem::rec {
+
+uint64_t table_salt(const std::string& table_name) { return fnv1a64("salt:" + table_name); }
+
+const char* to_string(CostClass c) {
+  return c == CostClass::kMem ? "MEM" : c == CostClass::kComp ? "COMP" : "TINY";
+}
+
+CostClass classify(const OpNode& node, const CostClassOptions& opt) {
+  const double bytes = node.bytes_moved();
+  const double t = std::max(node.flops / opt.peak_flops, bytes / opt.bandwidth_bytes_per_s);
+  if (t < opt.tiny_s) return CostClass::kTiny;
+  const double ridge = opt.peak_flops / opt.bandwidth_bytes_per_s;
+  return (bytes > 0 && node.flops / bytes < ridge) ? CostClass::kMem : CostClass::kComp;
+}
+
+namespace {
+
+int64_t top_input_width(const ModelConfig& c) {
+  int64_t user = 0;
+  for (const auto& t : c.tables) user += t.dim;
+  const int64_t xw = c.bottom_mlp.empty() ? c.dense_features : c.bottom_mlp.back();
+  switch (c.kind) {
+    case ModelKind::kDlrm:
+      if (c.interaction == Interaction::kDot) {
+        const int64_t nf = 1 + static_cast<int64_t>(c.tables.size());
+        return xw + nf * (nf - 1) / 2;
+      }
+      return xw + user;
+    case ModelKind::kWnd:
+      return xw + user;
+    case ModelKind::kDin:
+      return c.dense_features + user + 2 * c.item_dim();
+    case ModelKind::kBst:
+      return c.dense_features + user + (c.seq_len + 1) * c.item_dim();
+  }
+  return 0;
+}
+
+void add_mlp(std::vector<WeightSpec>& out, const std::string& prefix, int64_t in,
+             const std::vector<int64_t>& widths) {
+  for (size_t i = 0; i < widths.size(); ++i) {
+    const float s = 1.0f / std::sqrt(static_cast<float>(in));
+    out.push_back({cat(prefix, '.', i, ".weight"), Shape{widths[i], in}, s, 0.0f});
+    out.push_back({cat(prefix, '.', i, ".bias"), Shape{widths[i]}, s, 0.0f});
+    in = widths[i];
+  }
+}
+
+}  // namespace
+
+std::vector<WeightSpec> dense_weight_specs(const ModelConfig& c) {
+  std::vector<WeightSpec> out;
+  add_mlp(out, "bottom", c.dense_features, c.bottom_mlp);
+  add_mlp(out, "top", top_input_width(c), c.top_mlp);
+  const int64_t di = c.item_dim();
+  if (c.kind == ModelKind::kWnd) {
+    const float s = 1.0f / std::sqrt(static_cast<float>(c.dense_features));
+    out.push_back({"wide.dense.weight", Shape{1, c.dense_features}, s, 0.0f});
+    out.push_back({"wide.dense.bias", Shape{1}, 0.1f, 0.0f});
+  }
+  if (c.kind == ModelKind::kDin) {
+    std::vector<int64_t> aw = c.attention_mlp;
+    aw.push_back(1);
+    add_mlp(out, "att", 4 * di, aw);
+  }
+  if (c.kind == ModelKind::kBst) {
+    const int64_t T = c.seq_len + 1;
+    out.push_back({"pos_emb", Shape{T, di}, 0.1f, 0.0f});
+    add_mlp(out, "attn.in_proj", di, {3 * di});
+    const float s = 1.0f / std::sqrt(static_cast<float>(di));
+    out.push_back({"attn.out_proj.weight", Shape{di, di}, s, 0.0f});
+    out.push_back({"attn.out_proj.bias", Shape{di}, s, 0.0f});
+    for (const char* ln : {"ln1", "ln2"}) {
+      out.push_back({cat(ln, ".weight"), Shape{di}, 0.1f, 1.0f});
+      out.push_back({cat(ln, ".bias"), Shape{di}, 0.1f, 0.0f});
+    }
+    add_mlp(out, "ffn", di, {c.ffn_dim, di});
+  }
+  return out;
+}
+
+const Tensor& RecModel::Impl::w(const std::string& name) const {
+  auto it = weights.find(name);
+  if (it == weights.end()) throw NotFound(cat("model '", cfg.name, "' has no weight '", name, "'"));
+  return it->second;
+}
+
+RecModel::RecModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->build_nodes();
+  Graph g = graph(1);
+  impl_->order = g.topological_order();
+}
+RecModel::RecModel(RecModel&&) noexcept = default;
+RecModel& RecModel::operator=(RecModel&&) noexcept = default;
+RecModel::~RecModel() = default;
+
+RecModel RecModel::generate(const ModelConfig& cfg) {
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  for (const auto& s : dense_weight_specs(cfg))
+    impl->weights[s.name] = generate_tensor(s.shape, cfg.seed, s.name, s.scale, s.offset);
+  for (const auto& t : cfg.tables)
+    impl->tables.push_back(EmbeddingTable::generate(t.name, t.rows, t.dim, cfg.table_dtype,
+                                                    cfg.seed, table_scale(t.dim)));
+  for (const auto& t : cfg.item_tables)
+    impl->item_tables.push_back(EmbeddingTable::generate(t.name, t.rows, t.dim, cfg.table_dtype,
+                                                         cfg.seed, table_scale(t.dim)));
+  if (cfg.kind == ModelKind::kWnd)
+    for (const auto& t : cfg.tables)
+      impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,
+                                                           cfg.seed, kWideTableScale));
+  return RecModel(std::move(impl));
+}
+
+namespace {
+
+const char* table_format(DType d) {
+  return d == DType::kF32 ? "f32" : d == DType::kF16 ? "f16" : "i8_rowwise";
+}
+
+StoredTensor store_table(const EmbeddingTable& t) {
+  StoredTensor s;
+  s.dtype = t.dtype() == DType::kF32 ? "F32" : t.dtype() == DType::kF16 ? "F16" : "U8";
+  s.shape = t.dtype() == DType::kI8 ? std::vector<int64_t>{t.rows(), t.dim() + 8}
+                                    : std::vector<int64_t>{t.rows(), t.dim()};
+  s.data.assign(t.row_data(0), t.row_data(0) + t.bytes());
+  return s;
+}
+
+}  // namespace
+
+void RecModel::save(const std::string& path) const {
+  SafetensorsFile f;
+  f.metadata["format"] = "tandem-rec";
+  f.metadata["tandem.config"] = impl_->cfg.to_json().dump();
+  for (const auto& [name, t] : impl_->weights) {
+    StoredTensor s;
+    s.dtype = "F32";
+    s.shape = t.shape().to_vector();
+    const auto* p = static_cast<const uint8_t*>(t.raw_data());
+    s.data.assign(p, p + t.nbytes());
+    f.tensors[name] = std::move(s);
+  }
+  auto put = [&](const std::vector<EmbeddingTable>& ts) {
+    for (const auto& t : ts) {
+      f.tensors[t.name()] = store_table(t);
+      f.metadata["tandem.table." + t.name()] = table_format(t.dtype());
+    }
+  };
+  put(impl_->tables);
+  put(impl_->item_tables);
+  put(impl_->wide_tables);
+  write_safetensors(path, f);
+}
+
+RecModel RecModel::load(const ModelConfig& cfg, const std::string& path) {
+  SafetensorsFile f = read_safetensors(path);
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  auto take = [&](const std::string& name) -> StoredTensor& {
+    auto it = f.tensors.find(name);
+    if (it == f.tensors.end())
+      throw ParseError(path, -1, cat("tensor '", name, "' of model '", cfg.name, "' is missing"));
+    return it->second;
+  };
+  for (const auto& s : dense_weight_specs(cfg)) {
+    StoredTensor& t = take(s.name);
+    if (t.dtype != "F32" || t.shape != s.shape.to_vector())
+      throw ParseError(path, -1,
+                       cat("tensor '", s.name, "' is ", t.dtype, " ", Shape(t.shape).to_string(),
+                           ", expected F32 ", s.shape.to_string()));
+    Tensor w = Tensor::empty(s.shape, DType::kF32);
+    std::memcpy(w.raw_data(), t.data.data(), t.data.size());
+    impl->weights[s.name] = std::move(w);
+  }
+  auto load_tables = [&](const std::vector<TableConfig>& tcs, const std::string& prefix,
+                         DType dtype, bool dim1, std::vector<EmbeddingTable>& out) {
+    for (const auto& tc : tcs) {
+      const std::string name = prefix + tc.name;
+      const int64_t dim = dim1 ? 1 : tc.dim;
+      StoredTensor& t = take(name);
+      const std::string want = dtype == DType::kF32 ? "F32" : dtype == DType::kF16 ? "F16" : "U8";
+      const int64_t width = dtype == DType::kI8 ? dim + 8 : dim;
+      if (t.dtype != want || t.shape != std::vector<int64_t>{tc.rows, width})
+        throw ParseError(path, -1,
+                         cat("table '", name, "' is ", t.dtype, " ", Shape(t.shape).to_string(),
+                             ", expected ", want, " [", tc.rows, ", ", width, "]"));
+      auto meta = f.metadata.find("tandem.table." + name);
+      if (meta != f.metadata.end() && meta->second != table_format(dtype))
+        throw ParseError(path, -1,
+                         cat("table '", name, "' is stored as ", meta->second,
+                             ", the config asks for ", table_format(dtype)));
+      out.push_back(EmbeddingTable::from_rows(name, t.data.data(), tc.rows, dim, dtype));
+      t.data.clear();
+      t.data.shrink_to_fit();
+    }
+  };
+  load_tables(cfg.tables, "", cfg.table_dtype, false, impl->tables);
+  load_tables(cfg.item_tables, "", cfg.table_dtype, false, impl->item_tables);
+  if (cfg.kind == ModelKind::kWnd)
+    load_tables(cfg.tables, "wide.", DType::kF32, true, impl->wide_tables);
+  return RecModel(std::move(impl));
+}
+
+const ModelConfig& RecModel::config() const { return impl_->cfg; }
+int RecModel::num_nodes() const { return static_cast<int>(impl_->nodes.size()); }
+const std::string& RecModel::node_name(int id) const { return impl_->nodes.at(id).name; }
+const std::vector<int>& RecModel::topological_order() const { return impl_->order; }
+const std::vector<EmbeddingTable>& RecModel::tables() const { return impl_->tables; }
+const std::vector<EmbeddingTable>& RecModel::item_tables() const { return impl_->item_tables; }
+
+Graph RecModel::graph(int64_t q, const CostClassOptions& opt) const {
+  Graph g(impl_->cfg.name);
+  for (const auto& n : impl_->nodes) {
+    OpNode o = n.cost(q);
+    o.name = n.name;
+    o.kind = n.kind;
+    o.inputs = n.inputs;
+    o.attrs["cost_class"] = to_string(classify(o, opt));
+    o.attrs["q"] = q;
+    g.add_node(std::move(o));
+  }
+  g.validate();
+  return g;
+}
+
+QueryState RecModel::make_state(const QueryInputs& in) const {
+  QueryState st;
+  st.inputs = &in;
+  st.values.resize(impl_->nodes.size());
+  return st;
+}
+
+void RecModel::run_node(int id, QueryState& st, int max_threads) const {
+  if (id < 0 || id >= num_nodes())
+    throw InvalidArgument(cat("model '", impl_->cfg.name, "': no node ", id));
+  st.values[id] = impl_->nodes[id].run(st, max_threads);
+}
+
+std::vector<float> RecModel::scores(const QueryState& st) const {
+  const Tensor& t = st.values[impl_->order.back()];
+  if (!t.defined()) throw InvalidArgument("scores(): the output node has not run");
+  const float* p = t.data<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+void RecModel::validate(const QueryInputs& in) const {
+  const ModelConfig& c = impl_->cfg;
+  auto bad = [&](const std::string& what) {
+    return InvalidArgument(cat("query for model '", c.name, "': ", what));
+  };
+  if (in.rows <= 0) throw bad(cat("rows ", in.rows, " must be positive"));
+  if (static_cast<int64_t>(in.dense.size()) != in.rows * c.dense_features)
+    throw bad(
+        cat("dense has ", in.dense.size(), " values, expected ", in.rows, " x ", c.dense_features));
+  if (in.ids.size() != c.tables.size() || in.offsets.size() != c.tables.size())
+    throw bad(cat("ids/offsets for ", in.ids.size(), "/", in.offsets.size(), " tables, expected ",
+                  c.tables.size()));
+  for (size_t t = 0; t < c.tables.size(); ++t) {
+    const auto& off = in.offsets[t];
+    const auto& tc = c.tables[t];
+    if (static_cast<int64_t>(off.size()) != in.rows + 1 || off.front() != 0 ||
+        off.back() != static_cast<int64_t>(in.ids[t].size()))
+      throw bad(
+          cat("table ", tc.name, ": offsets must have rows + 1 entries from 0 to ids.size()"));
+    for (int64_t r = 0; r < in.rows; ++r)
+      if (off[r + 1] < off[r]) throw bad(cat("table ", tc.name, ": offsets decrease at row ", r));
+    if (!tc.hash)
+      for (int64_t id : in.ids[t])
+        if (id < 0 || id >= tc.rows)
+          throw bad(cat("table ", tc.name, ": id ", id, " outside [0, ", tc.rows, ")"));
+  }
+  if (c.kind == ModelKind::kDin || c.kind == ModelKind::kBst) {
+    if (in.item_ids.size() != c.item_tables.size() || in.seq_ids.size() != c.item_tables.size())
+      throw bad(cat("item/sequence ids for ", in.item_ids.size(), " tables, expected ",
+                    c.item_tables.size()));
+    for (size_t k = 0; k < c.item_tables.size(); ++k) {
+      const auto& tc = c.item_tables[k];
+      if (static_cast<int64_t>(in.item_ids[k].size()) != in.rows ||
+          static_cast<int64_t>(in.seq_ids[k].size()) != in.rows * c.seq_len)
+        throw bad(cat("item table ", tc.name, ": need rows candidate ids and rows x ", c.seq_len,
+                      " behaviour ids"));
+      if (!tc.hash)
+        for (const auto* v : {&in.item_ids[k], &in.seq_ids[k]})
+          for (int64_t id : *v)
+            if (id < 0 || id >= tc.rows)
+              throw bad(cat("item table ", tc.name, ": id ", id, " outside [0, ", tc.rows, ")"));
+    }
+  }
+}
+
+std::vector<float> RecModel::forward(const QueryInputs& in) const {
+  validate(in);
+  QueryState st = make_state(in);
+  for (int id : impl_->order) run_node(id, st);
+  return scores(st);
+}
+
+void RecModel::set_cache_rows(int64_t rows_per_table) {
+  impl_->caches.clear();
+  if (rows_per_table <= 0) return;
+  for (const auto& t : impl_->tables)
+    impl_->caches.push_back(std::make_unique<HotRowCache>(
+        std::max<int64_t>(4, std::min(rows_per_table, t.rows())), t.dim(), 4));
+}
+
+std::vector<CacheStats> RecModel::cache_stats() const {
+  std::vector<CacheStats> out;
+  for (const auto& c : impl_->caches) out.push_back(c->stats());
+  return out;
+}
+
+int64_t RecModel::weight_bytes() const {
+  int64_t b = 0;
+  for (const auto& [n, t] : impl_->weights) b += t.nbytes();
+  for (const auto* ts : {&impl_->tables, &impl_->item_tables, &impl_->wide_tables})
+    for (const auto& t : *ts) b += t.bytes();
+  return b;
+}
+
+QueryInputs concat_queries(const std::vector<const QueryInputs*>& parts) {
+  QueryInputs out;
+  if (parts.empty()) return out;
+  const size_t nt = parts[0]->ids.size(), ni = parts[0]->item_ids.size();
+  out.ids.resize(nt);
+  out.offsets.assign(nt, {0});
+  out.item_ids.resize(ni);
+  out.seq_ids.resize(ni);
+  for (const QueryInputs* p : parts) {
+    if (p->ids.size() != nt || p->item_ids.size() != ni)
+      throw InvalidArgument("concat_queries: queries of different models");
+    out.rows += p->rows;
+    out.dense.insert(out.dense.end(), p->dense.begin(), p->dense.end());
+    for (size_t t = 0; t < nt; ++t) {
+      const int64_t base = static_cast<int64_t>(out.ids[t].size());
+      out.ids[t].insert(out.ids[t].end(), p->ids[t].begin(), p->ids[t].end());
+      for (size_t r = 1; r < p->offsets[t].size(); ++r)
+        out.offsets[t].push_back(base + p->offsets[t][r]);
+    }
+    for (size_t k = 0; k < ni; ++k) {
+      out.item_ids[k].insert(out.item_ids[k].end(), p->item_ids[k].begin(), p->item_ids[k].end());
+      out.seq_ids[k].insert(out.seq_ids[k].end(), p->seq_ids[k].begin(), p->seq_ids[k].end());
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem::rec

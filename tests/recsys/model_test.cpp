@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+// Models as op graphs: node structure and cost classes, weight files (round trip and bad files),
+// input validation, and row independence (concatenated queries give the same scores).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "tandem/core/error.h"
+#include "tandem/recsys/model.h"
+#include "tandem/recsys/workload.h"
+
+namespace tandem::rec {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/tandem_rec_model_" + std::to_string(::getpid()) + "_" + name;
+}
+
+TEST(RecModel, DlrmGraphHasOneNodePerUnitWithCostClasses) {
+  ModelConfig cfg = zoo_config("rm2");
+  cfg.scale_rows(1e-3);
+  const RecModel m = RecModel::generate(cfg);
+  const Graph g = m.graph(128);
+  // dense + 32 bags + 2 bottom + interaction + 3 top + out
+  EXPECT_EQ(g.size(), 1 + 32 + 2 + 1 + 3 + 1);
+  const OpNode& bag = g.node("emb.5");
+  EXPECT_EQ(bag.kind, "emb_bag");
+  EXPECT_EQ(bag.attrs.at("cost_class"), "MEM");
+  EXPECT_EQ(g.node("top.0").kind, "mlp");
+  EXPECT_EQ(g.node("top.0").flops, 2.0 * 128 * 128 * (64 + 32 * 64) + 2.0 * 128 * 128);
+  EXPECT_EQ(g.node("out").attrs.at("cost_class"), "TINY");
+  EXPECT_EQ(g.sinks(), std::vector<int>{g.find("out")});
+  // RM3's big bottom MLP is compute-bound.
+  ModelConfig rm3 = zoo_config("rm3");
+  rm3.scale_rows(1e-4);
+  EXPECT_EQ(RecModel::generate(rm3).graph(128).node("bottom.0").attrs.at("cost_class"), "COMP");
+}
+
+TEST(RecModel, SequenceModelGraphs) {
+  const RecModel din = RecModel::generate(zoo_config("tiny-din"));
+  const Graph g = din.graph(3);
+  for (const char* n : {"cand", "seq", "att_in", "att.0", "att.1", "att_pool", "top_in", "out"})
+    EXPECT_GE(g.find(n), 0) << n;
+  const RecModel bst = RecModel::generate(zoo_config("tiny-bst"));
+  const Graph h = bst.graph(3);
+  for (const char* n : {"seq", "qkv", "mha", "attn_out", "ln1", "ffn.0", "ffn_out", "ln2"})
+    EXPECT_GE(h.find(n), 0) << n;
+  EXPECT_EQ(h.node("mha").kind, "attention");
+}
+
+TEST(RecModel, WeightsRoundTripThroughSafetensors) {
+  for (DType dt : {DType::kF32, DType::kI8}) {
+    ModelConfig cfg = zoo_config("tiny-wnd");
+    cfg.table_dtype = dt;
+    const RecModel a = RecModel::generate(cfg);
+    const std::string path = temp_path("w.safetensors");
+    a.save(path);
+    const RecModel b = RecModel::load(cfg, path);
+    QueryFactory f(cfg, WorkloadOptions{});
+    const QueryInputs q = f.make(0, 7);
+    EXPECT_EQ(a.forward(q), b.forward(q));
+    // The wrong config: a clear error naming the tensor.
+    ModelConfig other = cfg;
+    other.top_mlp = {5, 1};
+    try {
+      RecModel::load(other, path);
+      ADD_FAILURE();
+    } catch (const ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor 'top.0.weight'"), std::string::npos) << e.what();
+    }
+    std::remove(path.c_str());
+  }
+}
+
+TEST(RecModel, BadWeightFilesGiveClearErrors) {
+  const ModelConfig cfg = zoo_config("tiny-dlrm");
+  const RecModel a = RecModel::generate(cfg);
+  const std::string path = temp_path("bad.safetensors");
+  a.save(path);
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  auto expect_parse = [&](const std::string& content, const std::string& what) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << content;
+    try {
+      RecModel::load(cfg, path);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_parse(bytes.substr(0, 5), "too short");
+  expect_parse(bytes.substr(0, bytes.size() - 16), "outside the data section");
+  std::string huge = bytes;
+  huge[6] = 1;  // header length ~2^48
+  expect_parse(huge, "exceeds the file");
+  std::string garbled = bytes;
+  garbled[8] = '[';
+  garbled[9] = '[';
+  expect_parse(garbled, "not valid JSON");
+  EXPECT_THROW(RecModel::load(cfg, "/nonexistent/w.safetensors"), IoError);
+  std::remove(path.c_str());
+}
+
+TEST(RecModel, ValidateNamesTheBadInput) {
+  const ModelConfig cfg = zoo_config("tiny-dlrm");
+  const RecModel m = RecModel::generate(cfg);
+  QueryFactory f(cfg, WorkloadOptions{});
+  QueryInputs q = f.make(0, 4);
+  EXPECT_NO_THROW(m.validate(q));
+  QueryInputs bad = q;
+  bad.ids[0][0] = 50;  // table emb.0 has 50 rows
+  try {
+    m.forward(bad);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("table emb.0: id 50 outside [0, 50)"), std::string::npos)
+        << e.what();
+  }
+  bad = q;
+  bad.ids[2][0] = -123456789;  // a hashed table takes any raw id
+  EXPECT_NO_THROW(m.forward(bad));
+  bad = q;
+  bad.dense.pop_back();
+  EXPECT_THROW(m.forward(bad), InvalidArgument);
+  bad = q;
+  bad.offsets[1].back() += 1;
+  EXPECT_THROW(m.forward(bad), InvalidArgument);
+}
+
+TEST(RecModel, RowsAreIndependentSoQueriesConcatenate) {
+  for (const char* name : {"tiny-dlrm", "tiny-dlrm-cat", "tiny-wnd", "tiny-din", "tiny-bst"}) {
+    const ModelConfig cfg = zoo_config(name);
+    const RecModel m = RecModel::generate(cfg);
+    QueryFactory f(cfg, WorkloadOptions{});
+    const QueryInputs a = f.make(1, 3), b = f.make(2, 5);
+    const QueryInputs ab = concat_queries({&a, &b});
+    ASSERT_EQ(ab.rows, 8);
+    std::vector<float> want = m.forward(a);
+    const std::vector<float> sb = m.forward(b);
+    want.insert(want.end(), sb.begin(), sb.end());
+    const std::vector<float> got = m.forward(ab);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << name << " " << i;
+  }
+}
+
+TEST(RecModel, NodesRunOneByOneInTopologicalOrder) {
+  const ModelConfig cfg = zoo_config("tiny-bst");
+  const RecModel m = RecModel::generate(cfg);
+  QueryFactory f(cfg, WorkloadOptions{});
+  const QueryInputs q = f.make(3, 4);
+  QueryState st = m.make_state(q);
+  const auto& order = m.topological_order();
+  for (int id : order) m.run_node(id, st);
+  EXPECT_EQ(m.scores(st), m.forward(q));
+  for (float s : m.scores(st)) {
+    EXPECT_GT(s, 0.0f);
+    EXPECT_LT(s, 1.0f);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::rec
