@@ -321,7 +321,7 @@ namespace {
 // tests/llm/gguf_python_check.py regenerates it and checks the reverse direction.
 TEST(GgufReader, ReadsFilesFromThePythonWriter) {
   const auto path =
-      std::filesystem::path(__FILE__).parent_path() / "../fuzz/corpus/gguf/python_writer.gguf";
+      (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "../fuzz/corpus/gguf/python_writer.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path.string();
   GgufFile f(path.string());
   EXPECT_EQ(f.get_string("general.architecture"), "llama");

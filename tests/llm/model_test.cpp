@@ -369,7 +369,7 @@ TEST(Generate, PolicyHooksRunAndEvictionFreesMemory) {
 // ---- RoPE scaling against scripts/ref/rope_scaling_reference.py ------------------------------
 
 nlohmann::json rope_reference() {
-  std::ifstream in(std::filesystem::path(__FILE__).parent_path() / "data" /
+  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
                    "rope_scaling_reference.json");
   if (!in.good()) throw NotFound("missing tests/llm/data/rope_scaling_reference.json");
   return nlohmann::json::parse(in);
@@ -531,7 +531,7 @@ TEST(ModelReal, SmolLM2GreedyMatchesNumpyReference) {
   std::string why;
   const std::string path = real_model(&why);
   if (path.empty()) GTEST_SKIP() << "SmolLM2 model unavailable: " << why;
-  std::ifstream in(std::filesystem::path(__FILE__).parent_path() / "data" /
+  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
                    "smollm2_greedy_reference.json");
   ASSERT_TRUE(in.good()) << "missing tests/llm/data/smollm2_greedy_reference.json";
   const nlohmann::json ref = nlohmann::json::parse(in);

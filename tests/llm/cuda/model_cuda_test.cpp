@@ -189,5 +189,33 @@ TEST_F(ModelCuda, EvictionOnTheDeviceCacheMatchesCpu) {
   EXPECT_EQ(gc.bytes(), cc.bytes());
 }
 
+TEST_F(ModelCuda, BatchedForwardMatchesCpu) {
+  const Model cpu = Model::load(path_);
+  const Model gpu = cpu.to(Device::cuda(0));
+  std::vector<KvCache> cc, gc;
+  const std::vector<int32_t> lens = {7, 33, 20};
+  std::vector<std::vector<int32_t>> ids, pos;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    cc.push_back(cpu.make_cache());
+    gc.push_back(gpu.make_cache(nullptr, 32, i == 1 ? DType::kF16 : DType::kF32));
+    ids.push_back(prompt(lens[i] + static_cast<int>(i)));
+    ids.back().resize(static_cast<size_t>(lens[i]));
+    pos.push_back(positions(lens[i], 0));
+  }
+  // f16 blocks for sequence 1 on the GPU: compare it with an f16 CPU cache.
+  cc[1] = cpu.make_cache(nullptr, 32, DType::kF16);
+  std::vector<SequenceChunk> a, b;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    a.push_back({ids[i], pos[i], &cc[i]});
+    b.push_back({ids[i], pos[i], &gc[i]});
+  }
+  const std::vector<Tensor> ra = cpu.forward_batch(a, {.last_only = true});
+  const std::vector<Tensor> rb = gpu.forward_batch(b, {.last_only = true});
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_LE(rel_diff(rb[i].contiguous(), ra[i].contiguous()), 2e-4) << "sequence " << i;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::llm
