@@ -52,6 +52,7 @@ struct GenerateOptions {
   int threads = 0;
   int prefill_chunk = 128;
   int batch = 1;  // sequences generated together (copies of the prompt, seeds seed + i)
+  std::string kv_dtype = "f32";  // KV cache storage: f32 or f16
   bool no_progress = false;
 };
 
