@@ -107,12 +107,20 @@ k::StridedView unit_view(const Tensor& t) {
   return v;
 }
 
+// GGUF K-quant blocks (Q4_K, Q6_K) have CPU kernels only so far.
+void no_k_quant(const Tensor& t, const char* op) {
+  if (dtype_is_k_quant(t.dtype()))
+    throw Unsupported(cat(op, " on ", t.device().to_string(), ": ", dtype_name(t.dtype()),
+                          " weights are supported on the CPU only"));
+}
+
 class CudaKernels final : public ops::OpKernels {
  public:
   explicit CudaKernels(CudaBackend& b) : b_(b) {}
 
   void gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
             Stream* s) override {
+    no_k_quant(b, "gemm");
     run_gemm(b_, a, b, c, p, s);
   }
   void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
@@ -177,6 +185,7 @@ class CudaKernels final : public ops::OpKernels {
   // [0, V)). On a caller's stream this waits for the work queued before the op; the kernel
   // additionally clamps ids, so memory is never read out of bounds.
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) override {
+    no_k_quant(table, "embedding");
     OpScope sc(b_, out, s, "embedding");
     const int64_t tokens = ids.numel(), vocab = table.size(0), dim = table.size(1);
     if (tokens > 0) {
@@ -303,6 +312,7 @@ class CudaKernels final : public ops::OpKernels {
   }
 
   void convert(const Tensor& src, Tensor& dst, Stream* s) override {
+    no_k_quant(src, "convert");
     OpScope sc(b_, dst, s, "convert");
     const int64_t n = src.numel();
     if (n > 0) {

@@ -29,10 +29,10 @@ namespace {
 
 int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
                        llm::Detokenizer& detok, const std::vector<int32_t>& prompt,
-                       const llm::GenerateOptions& g, int batch) {
+                       const llm::GenerateOptions& g, int batch, DType kv_dtype) {
   std::vector<llm::KvCache> caches;
   std::vector<llm::BatchRequest> reqs;
-  for (int i = 0; i < batch; ++i) caches.push_back(model.make_cache());
+  for (int i = 0; i < batch; ++i) caches.push_back(model.make_cache(nullptr, 32, kv_dtype));
   for (int i = 0; i < batch; ++i) {
     llm::GenerateOptions gi = g;
     gi.sampler.seed = g.sampler.seed + static_cast<uint64_t>(i);
@@ -86,7 +86,8 @@ int run_generate(const GenerateOptions& o) {
       tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/o.chat);
   if (prompt.empty()) throw InvalidArgument("generate: the prompt encodes to no tokens");
 
-  llm::KvCache cache = model.make_cache();
+  const DType kv_dtype = parse_dtype(o.kv_dtype);
+  llm::KvCache cache = model.make_cache(nullptr, 32, kv_dtype);
   llm::GenerateOptions g;
   g.max_new_tokens = o.n_predict;
   g.prefill_chunk = o.prefill_chunk;
@@ -105,7 +106,7 @@ int run_generate(const GenerateOptions& o) {
     }
     return true;
   };
-  if (o.batch > 1) return run_generate_batch(model, tokenizer, detok, prompt, g, o.batch);
+  if (o.batch > 1) return run_generate_batch(model, tokenizer, detok, prompt, g, o.batch, kv_dtype);
   const auto r = llm::generate(model, cache, prompt, g);
   const std::string rest = detok.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);

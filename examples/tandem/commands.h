@@ -53,6 +53,7 @@ struct GenerateOptions {
   int prefill_chunk = 128;
   std::string device = "cpu";  // cpu or cuda:N
   int batch = 1;  // sequences generated together (copies of the prompt, seeds seed + i)
+  std::string kv_dtype = "f32";  // KV cache storage: f32 or f16
   bool no_progress = false;
 };
 

@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
                    "seeds seed+i); reports the batch's throughput")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  generate->add_option("--kv-dtype", go.kv_dtype, "KV cache storage (f16 halves its bytes)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
   std::vector<tandem::cli::Command> registered;

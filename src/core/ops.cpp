@@ -44,7 +44,7 @@ void need_contig(const Tensor& t, const char* op, const char* name) {
 
 bool is_weight_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
-         t == DType::kQ4_0 || t == DType::kQ4_1;
+         t == DType::kQ4_0 || t == DType::kQ4_1 || dtype_is_k_quant(t);
 }
 
 }  // namespace
@@ -341,6 +341,11 @@ void convert(const Tensor& src, Tensor& dst, Stream* s) {
   need_contig(dst, op, "dst");
   TANDEM_NEED(src.dtype() == dst.dtype() || (!dtype_is_blocked(src.dtype()) || src.is_contiguous()),
               op, "a strided block-quantized source can only be copied, not converted");
+  if (dtype_is_k_quant(dst.dtype()) && src.dtype() != dst.dtype()) {
+    throw Unsupported(cat("convert: quantizing ", dtype_name(src.dtype()), " to ",
+                          dtype_name(dst.dtype()),
+                          " is not supported (K-quants are read-only weight formats)"));
+  }
   kernels_for(dst).convert(src, dst, s);
 }
 

@@ -26,7 +26,7 @@ int positive_int(const GgufFile& f, const std::string& key, int64_t v) {
 
 bool is_weight_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
-         t == DType::kQ4_0 || t == DType::kQ4_1;
+         t == DType::kQ4_0 || t == DType::kQ4_1 || dtype_is_k_quant(t);
 }
 
 Tensor weight(const GgufFile& f, const std::string& name, const Shape& shape, bool f32_only) {

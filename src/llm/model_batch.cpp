@@ -10,6 +10,7 @@
 #include <exception>
 #include <set>
 
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
 #include "tandem/ops/ops.h"
@@ -37,8 +38,9 @@ void attend(std::span<const SequenceChunk> chunks, const std::vector<int64_t>& o
                             chunks[i].positions);
   }
   const bool decode = off.back() == n && q3.device().is_cpu();  // host threads for CPU caches
+  const int threads = static_cast<int>(std::min<int64_t>(n, cpu_num_threads()));
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) if (decode && n > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (decode && threads > 1)
   for (int64_t i = 0; i < n; ++i) {
     try {
       Tensor out = a3.slice(0, off[i], off[i + 1]);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
 
@@ -78,7 +79,9 @@ void rope_with_frequencies(Tensor& x, std::span<const int32_t> positions,
   const int64_t t_count = x.size(0), h = x.size(1), d = x.size(2);
   const int64_t half = static_cast<int64_t>(freqs.size());
   float* xp = x.data<float>();
-#pragma omp parallel for schedule(static) if (t_count * h * d > (int64_t{1} << 15))
+  const int threads = static_cast<int>(std::clamp<int64_t>(
+      t_count * h * d / (int64_t{1} << 15), 1, std::min<int64_t>(t_count, cpu_num_threads())));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t t = 0; t < t_count; ++t) {
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) {

@@ -62,22 +62,22 @@ struct RopeScaling {
 
 // Hyper-parameters from the GGUF metadata ({arch}.* keys).
 struct ModelConfig {
-  std::string arch;  // general.architecture ("llama" or "gpt2")
-  ModelArch kind = ModelArch::kLlama;
-  std::string name;              // general.name (may be empty)
-  int n_layers = 0;              // {arch}.block_count
-  int d_model = 0;               // {arch}.embedding_length
-  int d_ff = 0;                  // {arch}.feed_forward_length
-  int n_heads = 0;               // {arch}.attention.head_count
-  int n_kv_heads = 0;            // {arch}.attention.head_count_kv (= n_heads when absent)
-  int head_dim = 0;              // d_model / n_heads
-  int rope_dim = 0;              // {arch}.rope.dimension_count (= head_dim; 0 for gpt2)
-  int64_t vocab_size = 0;        // token_embd rows, else the tokenizer.ggml.tokens length
-  int64_t context_length = 0;    // {arch}.context_length
-  float rms_eps = 1e-5f;         // {arch}.attention.layer_norm_rms_epsilon (llama)
-  float layer_norm_eps = 1e-5f;  // {arch}.attention.layer_norm_epsilon (gpt2)
-  float rope_theta = 10000.0f;   // {arch}.rope.freq_base (10000 when absent)
-  RopeScaling rope_scaling;      // llama only
+  std::string arch;                    // general.architecture ("llama" or "gpt2")
+  ModelArch kind = ModelArch::kLlama;  // arch as an enum
+  std::string name;                    // general.name (may be empty)
+  int n_layers = 0;                    // {arch}.block_count
+  int d_model = 0;                     // {arch}.embedding_length
+  int d_ff = 0;                        // {arch}.feed_forward_length
+  int n_heads = 0;                     // {arch}.attention.head_count
+  int n_kv_heads = 0;                  // {arch}.attention.head_count_kv (= n_heads when absent)
+  int head_dim = 0;                    // d_model / n_heads
+  int rope_dim = 0;                    // {arch}.rope.dimension_count (= head_dim; 0 for gpt2)
+  int64_t vocab_size = 0;              // token_embd rows, else the tokenizer.ggml.tokens length
+  int64_t context_length = 0;          // {arch}.context_length
+  float rms_eps = 1e-5f;               // {arch}.attention.layer_norm_rms_epsilon (llama)
+  float layer_norm_eps = 1e-5f;        // {arch}.attention.layer_norm_epsilon (gpt2)
+  float rope_theta = 10000.0f;         // {arch}.rope.freq_base (10000 when absent)
+  RopeScaling rope_scaling;            // llama only
 
   // NotFound naming the key when a required key is missing; Unsupported for architectures other
   // than llama and gpt2 (the message lists them) and unknown RoPE scaling types; ParseError for
