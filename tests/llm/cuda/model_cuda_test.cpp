@@ -212,8 +212,12 @@ TEST_F(ModelCuda, BatchedForwardMatchesCpu) {
   const std::vector<Tensor> ra = cpu.forward_batch(a, {.last_only = true});
   const std::vector<Tensor> rb = gpu.forward_batch(b, {.last_only = true});
   ASSERT_EQ(ra.size(), rb.size());
+  // f16 blocks round K/V computed by different GEMMs (cuBLAS vs the CPU's accumulation order): an
+  // input that differs in the last f32 bits can round to the neighbouring half, a 2^-11 relative
+  // step, so the f16 sequence gets a wider bound (seen on an H200: 2.4e-4).
   for (size_t i = 0; i < ra.size(); ++i) {
-    EXPECT_LE(rel_diff(rb[i].contiguous(), ra[i].contiguous()), 2e-4) << "sequence " << i;
+    EXPECT_LE(rel_diff(rb[i].contiguous(), ra[i].contiguous()), i == 1 ? 1e-3 : 2e-4)
+        << "sequence " << i;
   }
 }
 
