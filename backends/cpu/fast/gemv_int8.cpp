@@ -146,6 +146,82 @@ TANDEM_VNNI_TARGET void rows_pass(const QuantizedRow& x, const uint8_t* w, int64
   }
 }
 
+// q4_0 / q4_1: four blocks per step. Their 16 code bytes go to the four 128-bit lanes of one
+// register; the low nibbles (elements 0..15 of each block) and the high nibbles (16..31) meet x in
+// QuantizedRow::q4 order, so two vpdpbusd give each block's dot product in its lane (4 dwords),
+// with no shuffling of the codes.
+template <Fmt F, int R>
+TANDEM_VNNI_TARGET void rows_pass_q4(const QuantizedRow& x, const uint8_t* w, int64_t rb, int64_t n,
+                                     float* y, float alpha, float beta) {
+  constexpr int64_t kB = kBlockBytes<F>;
+  const int64_t blocks = x.k / 32;
+  alignas(64) static thread_local uint8_t zero_block[64] = {};  // pad blocks past the row's end
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(kB)));
+  const __m512i first_quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i four = _mm512_set1_epi32(4);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R], off[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), off[r] = _mm512_setzero_ps();
+  for (int64_t g0 = 0; g0 < blocks; g0 += 16) {
+    const int64_t gn = std::min<int64_t>(16, blocks - g0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << gn) - 1u);
+    const __m512 dx = _mm512_maskz_loadu_ps(mask, x.d.data() + g0);
+    const __m512 sx = _mm512_maskz_loadu_ps(mask, x.s.data() + g0);
+    __m512 dd[R];
+    for (int r = 0; r < R; ++r) {
+      const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets,
+                                                      w + (n + r) * rb + g0 * kB, 1);
+      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+      __m512 o;
+      if constexpr (F == Fmt::kQ4_1) {
+        o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(raw, 16)));
+      } else {
+        o = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
+      }
+      dd[r] = _mm512_mul_ps(d, dx);
+      off[r] = _mm512_fmadd_ps(o, sx, off[r]);
+    }
+    __m512i idx = first_quad;
+    for (int64_t g = g0; g < g0 + gn; g += 4, idx = _mm512_add_epi32(idx, four)) {
+      const __m512i xlo = _mm512_loadu_si512(x.q4.data() + g * 32);
+      const __m512i xhi = _mm512_loadu_si512(x.q4.data() + g * 32 + 64);
+      const int64_t real = std::min<int64_t>(4, blocks - g);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* b = w + (n + r) * rb + g * kB + kCodesAt<F>;
+        auto lane = [&](int j) {
+          return _mm_loadu_si128(
+              reinterpret_cast<const __m128i*>(j < real ? b + j * kB : zero_block));
+        };
+        __m512i c = _mm512_castsi128_si512(lane(0));
+        c = _mm512_inserti32x4(c, lane(1), 1);
+        c = _mm512_inserti32x4(c, lane(2), 2);
+        c = _mm512_inserti32x4(c, lane(3), 3);
+        const __m512i lo = _mm512_and_si512(c, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+        const __m512i p =
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx, dd[r]), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], off[r]));
+    y[n + r] = beta == 0.0f ? alpha * v : alpha * v + beta * y[n + r];
+  }
+}
+
+template <Fmt F, int R>
+TANDEM_VNNI_TARGET inline void pass(const QuantizedRow& x, const uint8_t* w, int64_t rb, int64_t n,
+                                    float* y, float alpha, float beta) {
+  if constexpr (F == Fmt::kQ8_0) {
+    rows_pass<F, R>(x, w, rb, n, y, alpha, beta);
+  } else {
+    rows_pass_q4<F, R>(x, w, rb, n, y, alpha, beta);
+  }
+}
+
 // Rows are short (K = 576 of q4_1 is 360 bytes), too short for the hardware prefetcher to ramp up
 // on each, but a pass reads kRows consecutive rows, one contiguous range: the range kAhead passes
 // ahead is prefetched line by line, which keeps enough loads in flight to stream from DRAM.
@@ -164,9 +240,9 @@ TANDEM_VNNI_TARGET void gemv_fmt(const QuantizedRow& x, const uint8_t* w, int64_
   for (; n + kRows <= n1; n += kRows) {
     const int64_t ahead = n + kAhead * kRows;
     if (ahead < n1) prefetch_range(w + ahead * rb, std::min<int64_t>(kRows, n1 - ahead) * rb);
-    rows_pass<F, kRows>(x, w, rb, n, y, alpha, beta);
+    pass<F, kRows>(x, w, rb, n, y, alpha, beta);
   }
-  for (; n < n1; ++n) rows_pass<F, 1>(x, w, rb, n, y, alpha, beta);
+  for (; n < n1; ++n) pass<F, 1>(x, w, rb, n, y, alpha, beta);
 }
 
 TANDEM_VNNI_TARGET void quantize_blocks(const float* x, int64_t blocks, int8_t* q, float* d,
@@ -193,18 +269,20 @@ TANDEM_VNNI_TARGET void quantize_blocks(const float* x, int64_t blocks, int8_t* 
 
 void quantize_row_q8(const float* x, int64_t k, QuantizedRow& out) {
   if (k % 32 != 0) throw ContractError(cat("quantize_row_q8: k = ", k, " is not a multiple of 32"));
-  const int64_t blocks = k / 32, padded = blocks + (blocks & 1);
+  const int64_t blocks = k / 32, padded = (blocks + 3) / 4 * 4;
   out.k = k;
   out.q.assign(static_cast<size_t>(padded * 32), 0);
+  out.q4.resize(static_cast<size_t>(padded * 32));
   out.d.assign(static_cast<size_t>(padded), 0.0f);
   out.s.assign(static_cast<size_t>(padded), 0.0f);
+  bool done = false;
 #if defined(__x86_64__)
   if (gemv_int8_supported(DType::kQ8_0)) {
     quantize_blocks(x, blocks, out.q.data(), out.d.data(), out.s.data());
-    return;
+    done = true;
   }
 #endif
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < blocks && !done; ++b) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -216,6 +294,11 @@ void quantize_row_q8(const float* x, int64_t k, QuantizedRow& out) {
     }
     out.d[b] = d;
     out.s[b] = d * static_cast<float>(sum);
+  }
+  for (int64_t b = 0; b < padded; ++b) {
+    int8_t* quad = out.q4.data() + (b / 4) * 128 + (b % 4) * 16;
+    std::memcpy(quad, out.q.data() + b * 32, 16);
+    std::memcpy(quad + 64, out.q.data() + b * 32 + 16, 16);
   }
 }
 

@@ -21,12 +21,15 @@
 
 namespace tandem::cpu::fast {
 
-// One activation row in int8 blocks of 32 (k a multiple of 32), padded to an even block count.
+// One activation row in int8 blocks of 32 (k a multiple of 32), padded with zero blocks to a
+// multiple of 4 blocks.
 struct QuantizedRow {
   int64_t k = 0;
-  std::vector<int8_t> q;  // codes, blocks * 32
-  std::vector<float> d;   // per-block scale
-  std::vector<float> s;   // per-block d * sum(codes)
+  std::vector<int8_t> q;   // codes, blocks * 32
+  std::vector<int8_t> q4;  // the same codes in q4 nibble order: per 4 blocks, their elements
+                           // 0..15 (4 x 16 bytes), then their elements 16..31
+  std::vector<float> d;    // per-block scale
+  std::vector<float> s;    // per-block d * sum(codes)
 };
 
 // True when the host has AVX-512 F/BW and VNNI, the ISA is not forced lower (TANDEM_CPU_ISA), and
