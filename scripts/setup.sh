@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev
   libonnx-dev libprotobuf-dev
+  bible-kjv r-cran-janeaustenr  # real texts for `tandem perplexity` (scripts/llm/get_texts.sh)
 )
 
 missing=()

@@ -55,7 +55,13 @@ def main():
     ap.add_argument("-p", "--prompt-tokens", type=int, default=512)
     ap.add_argument("-n", "--gen", type=int, default=128)
     ap.add_argument("-r", "--repetitions", type=int, default=3)
-    ap.add_argument("--out", default=None, help="JSON path (default bench/results/llm-vs-llamacpp-<date>.json)")
+    ap.add_argument("--llama-args", default="--repack 0",
+                    help="extra llama-bench arguments (default '--repack 0': no extra buffer "
+                    "types; on the 2-vCPU VM their AMX path crashes with SIGSEGV)")
+    ap.add_argument("--tandem-args", default="",
+                    help="extra tandem bench-llm arguments (e.g. --int8)")
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default bench/results/llm-vs-llamacpp-<date>.json)")
     a = ap.parse_args()
     if not os.path.isfile(a.model):
         sys.exit(f"compare_llamacpp.py: model {a.model} not found (run `tandem inspect` once to fetch it)")
@@ -67,11 +73,12 @@ def main():
     tandem_runs = {}
     for t in threads:
         cmd = [a.tandem, "bench-llm", "-m", a.model, "-p", str(a.prompt_tokens), "-n", str(a.gen),
-               "-t", str(t), "-r", str(a.repetitions), "-o", "json", "--no-progress"]
+               "-t", str(t), "-r", str(a.repetitions), "-o", "json",
+               "--no-progress"] + a.tandem_args.split()
         tandem_runs[t] = {"command": " ".join(cmd), "record": json.loads(run(cmd))}
 
     lb_cmd = [a.llama_bench, "-m", a.model, "-t", a.threads, "-p", str(a.prompt_tokens), "-n",
-              str(a.gen), "-r", str(a.repetitions), "-o", "json"]
+              str(a.gen), "-r", str(a.repetitions), "-o", "json"] + a.llama_args.split()
     lb_records = json.loads(run(lb_cmd))
 
     def llama(t, test):

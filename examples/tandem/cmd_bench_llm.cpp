@@ -44,6 +44,7 @@ struct BenchLlmOptions {
   int threads = 0;
   int repetitions = 3;
   bool no_bandwidth = false;
+  bool int8 = false;
   std::string output = "md";
   bool no_progress = false;
 };
@@ -78,13 +79,14 @@ double run_prefill(const llm::Model& m, const std::vector<int32_t>& ids, int bat
 }
 
 // `gen` decode steps from an empty cache starting with `start`; returns seconds.
-double run_decode(const llm::Model& m, int32_t start, int gen, llm::KvCache& cache) {
+double run_decode(const llm::Model& m, int32_t start, int gen, llm::KvCache& cache, bool int8) {
   cache.clear();
   int32_t tok = start;
   const auto t0 = Clock::now();
   for (int i = 0; i < gen; ++i) {
     const int32_t p = i;
-    const Tensor logits = m.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true});
+    const Tensor logits =
+        m.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .int8_activations = int8});
     tok = argmax(logits);
   }
   return since(t0);
@@ -136,7 +138,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
     const double tp = run_prefill(model, prompt, o.batch, cache, &first);
     progress.update(cat("bench-llm: ", r < 0 ? "warm-up" : "run " + std::to_string(r + 1),
                         ", decode ", o.gen, " tokens"));
-    const double td = o.gen > 0 ? run_decode(model, first, o.gen, cache) : 0.0;
+    const double td = o.gen > 0 ? run_decode(model, first, o.gen, cache, o.int8) : 0.0;
     if (r < 0) continue;
     prefill_tps.push_back(o.prompt_tokens / tp);
     ttft_s.push_back(tp);
@@ -189,7 +191,8 @@ int run_bench_llm(const BenchLlmOptions& o) {
                           {"gen_tokens", o.gen},
                           {"batch", o.batch},
                           {"threads", threads},
-                          {"repetitions", o.repetitions}}},
+                          {"repetitions", o.repetitions},
+                          {"int8_activations", o.int8}}},
                         {"results",
                          {{"prefill_tokens_per_s", stat_json(prefill_tps)},
                           {"decode_tokens_per_s", stat_json(decode_tps)},
@@ -246,6 +249,8 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("-r,--repetitions", o->repetitions, "Measured runs after one warm-up")
       ->check(CLI::Range(1, 1000));
   sub->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the memory-bandwidth measurement");
+  sub->add_flag("--int8", o->int8,
+                "Decode with int8-rounded activations and integer dot products (llama.cpp's way)");
   sub->add_option("-o,--output", o->output, "Output format")->check(CLI::IsMember({"md", "json"}));
   sub->add_flag("--no-progress", o->no_progress, "No progress line on stderr");
   return Command{sub, [o] { return run_bench_llm(*o); }};

@@ -66,8 +66,9 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-  const ops::GemmParams tb{.trans_b = true};
-  const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f};  // x += a W^T
+  const bool i8 = options.int8_activations;
+  const ops::GemmParams tb{.trans_b = true, .int8_activations = i8};
+  const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f, .int8_activations = i8};  // x += aW^T
   const ops::NormParams norm{.eps = c.rms_eps};
   const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};
 

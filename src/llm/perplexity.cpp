@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 
 namespace tandem::llm {
@@ -56,6 +57,7 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
       static_cast<int>(o.chunks < 0 ? n_chunk_max : std::min<int64_t>(o.chunks, n_chunk_max));
   const int first = o.ctx / 2;
   const int64_t vocab = c.vocab_size;
+  const int threads = std::max(1, cpu_num_threads());
 
   PerplexityResult r;
   r.text_tokens = n;
@@ -80,7 +82,7 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
       const float* rows = logits.data<float>();
       // Rows j of this batch with first <= j <= ctx - 2 predict window token j + 1.
       const int lo = std::max(b, first), hi = std::min(b + len, o.ctx - 1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads)
       for (int j = lo; j < hi; ++j) {
         const std::span<const float> row(rows + static_cast<int64_t>(j - b) * vocab,
                                          static_cast<size_t>(vocab));

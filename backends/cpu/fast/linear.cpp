@@ -4,6 +4,8 @@
 //   (isa_gemv.inc), threads over chunks of N rows, every weight byte read once and decoded once
 //   for all M rows. f32 weights take it for M <= kGemvF32MaxM (below the fixed per-call cost of a
 //   library GEMM), weights of f16/bf16/q8_0/q4_0/q4_1 for M <= kGemvMaxM.
+//   M = 1 with q8_0/q4_0/q4_1 weights when the caller allows int8 activations: the VNNI GEMV of
+//   gemv_int8.h (x rounded to int8 blocks, integer dot products, as llama.cpp decodes).
 //   Other f32 products: the f32 provider (gemm_f32.h).
 //   Other weight dtypes (prefill, and every M for the K-quants Q4_K/Q6_K, which have no fused
 //   GEMV): each thread dequantizes a tile of W rows into its own f32
@@ -16,6 +18,7 @@
 #include "dequant_k.h"
 #include "fast_ops.h"
 #include "gemm_f32.h"
+#include "gemv_int8.h"
 #include "isa.h"
 #include "parallel.h"
 #include "tandem/core/backend.h"
@@ -54,9 +57,32 @@ void gemv_path(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const floa
   });
 }
 
+// y[1, N] through the int8 GEMV (gemv_int8.h): x rounded to int8 blocks once, rows over threads.
+void gemv_int8_path(int64_t n, int64_t k, float alpha, const float* a, DType wt, const uint8_t* w,
+                    int64_t rb, float beta, float* c, int threads) {
+  static thread_local QuantizedRow scratch;  // the caller's; the team reads it through qx
+  QuantizedRow& qx = scratch;
+  quantize_row_q8(a, k, qx);
+  const int t = parallel_threads(n * k, n * rb + 4 * (k + n), threads);
+  if (t == 1) {
+    gemv_int8(wt, qx, w, rb, 0, n, c, alpha, beta);
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(16, (n + 4 * t - 1) / (4 * t));
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  parallel_for(chunks, t, [&](int64_t ci, int) {
+    const int64_t n0 = ci * chunk, n1 = std::min(n, n0 + chunk);
+    gemv_int8(wt, qx, w, rb, n0, n1, c, alpha, beta);
+  });
+}
+
 void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
-                  const uint8_t* w, float beta, float* c, int threads) {
+                  const uint8_t* w, float beta, float* c, int threads, bool int8_activations) {
   const int64_t rb = dtype_row_bytes(wt, k);
+  if (m == 1 && int8_activations && k % 32 == 0 && gemv_int8_supported(wt)) {
+    gemv_int8_path(n, k, alpha, a, wt, w, rb, beta, c, threads);
+    return;
+  }
   if (m <= kGemvMaxM && !dtype_is_k_quant(wt)) {
     gemv_path(ta, m, n, k, alpha, a, wt, w, rb, beta, c, threads);
     return;
@@ -99,7 +125,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmPara
     return;
   }
   gemm_weights(p.trans_a, m, n, k, p.alpha, a.data<float>(), b.dtype(),
-               static_cast<const uint8_t*>(b.raw_data()), p.beta, c.data<float>(), threads);
+               static_cast<const uint8_t*>(b.raw_data()), p.beta, c.data<float>(), threads,
+               p.int8_activations && p.trans_b);
 }
 
 void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmParams& p) {

@@ -100,6 +100,10 @@ struct LayerWeights {
 
 struct ForwardOptions {
   bool last_only = false;  // logits only for the last token: [1, vocab]
+  // Single-token steps (decode) on the CPU: round activations to int8 blocks for the quantized
+  // matrices and use integer dot products, as llama.cpp does (ops::GemmParams; logits then differ
+  // from the f32 path by ~1e-3 relative).
+  bool int8_activations = false;
 };
 
 // One sequence's part of a batched forward: its tokens, their positions and its own cache.

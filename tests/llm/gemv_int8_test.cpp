@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// The int8-activation decode GEMV (ops::GemmParams::int8_activations, backends/cpu/fast/
+// gemv_int8.h) against an exact double-precision product of the dequantized weights and the same
+// activations rounded to int8 blocks the way llama.cpp rounds them (so the only difference left is
+// f32 rounding), and against the f32 path within the error of 8-bit activations. Shapes cover odd
+// and even block counts, one and several 16-block scale chunks, partial row passes, alpha/beta,
+// and one and two threads. Where the host has no AVX-512 VNNI the flag is ignored and the results
+// must equal the f32 path exactly. Also: Model::forward's int8_activations option on a decode step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "llm/gguf_test_util.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/tensor.h"
+#include "tandem/llm/gguf.h"
+#include "tandem/llm/model.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem {
+namespace {
+
+struct Case {
+  int64_t n, k;
+  float alpha, beta;
+};
+
+// x rounded to int8 per 32-block: d = max|x| / 127, q = nearest(x / d) (ties to even).
+std::vector<double> round_like_q8(const std::vector<float>& x) {
+  std::vector<double> r(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.0f;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (size_t j = 0; j < 32; ++j) r[b + j] = double{d} * std::nearbyint(x[b + j] * id);
+  }
+  return r;
+}
+
+void check(DType wt, const Case& c, int threads, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << dtype_name(wt) << " n " << c.n << " k " << c.k << " alpha "
+                                  << c.alpha << " beta " << c.beta << " threads " << threads);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> wv(static_cast<size_t>(c.n * c.k)), xv(static_cast<size_t>(c.k)),
+      y0(static_cast<size_t>(c.n));
+  for (float& v : wv) v = nd(rng);
+  for (float& v : xv) v = nd(rng);
+  for (float& v : y0) v = nd(rng);
+  Tensor w = Tensor::empty({c.n, c.k}, wt);
+  ops::convert(Tensor::from_vector(wv, {c.n, c.k}, DType::kF32), w);
+  Tensor wf = Tensor::empty({c.n, c.k}, DType::kF32);
+  ops::convert(w, wf);  // the weights as the format defines them
+  const Tensor x = Tensor::from_vector(xv, {1, c.k}, DType::kF32);
+  Tensor y_int8 = Tensor::from_vector(y0, {1, c.n}, DType::kF32);
+  Tensor y_f32 = Tensor::from_vector(y0, {1, c.n}, DType::kF32);
+  set_cpu_num_threads(threads);
+  ops::gemm(x, w, y_int8,
+            {.trans_b = true, .alpha = c.alpha, .beta = c.beta, .int8_activations = true});
+  ops::gemm(x, w, y_f32, {.trans_b = true, .alpha = c.alpha, .beta = c.beta});
+
+  const std::vector<double> xr = round_like_q8(xv);
+  const float* wd = wf.data<float>();
+  double worst_exact = 0.0, worst_f32 = 0.0, scale = 0.0;
+  bool same_as_f32 = true;
+  for (int64_t i = 0; i < c.n; ++i) {
+    double dot_r = 0.0, dot_abs = 0.0;
+    for (int64_t j = 0; j < c.k; ++j) {
+      dot_r += double{wd[i * c.k + j]} * xr[j];
+      dot_abs += std::fabs(double{wd[i * c.k + j]} * xv[j]);
+    }
+    const double want = c.alpha * dot_r + c.beta * y0[i];
+    const double got = y_int8.data<float>()[i], f32 = y_f32.data<float>()[i];
+    worst_exact = std::max(worst_exact, std::fabs(got - want) / (dot_abs + 1.0));
+    worst_f32 = std::max(worst_f32, std::fabs(got - f32) / (dot_abs + 1.0));
+    same_as_f32 = same_as_f32 && got == f32;
+    scale = std::max(scale, dot_abs);
+  }
+  EXPECT_GT(scale, 0.0);
+  // Identical results: the host has no int8 path (no AVX-512 VNNI, or TANDEM_CPU_ISA /
+  // TANDEM_INT8_GEMV=0) and the flag fell back to the f32 GEMV, which is what it must do there.
+  if (same_as_f32) return;
+  // Against the exact product of the rounded activations: f32 accumulation only.
+  EXPECT_LE(worst_exact, 1e-5);
+  // Against f32 activations: the 8-bit rounding (|err| <= d/2 = max|x|/254 per element).
+  EXPECT_LE(worst_f32, 2e-2);
+}
+
+TEST(GemvInt8, MatchesRoundedActivationsExactlyAndF32Closely) {
+  const int saved = cpu_num_threads();
+  uint32_t seed = 11;
+  const std::vector<Case> cases = {
+      {1, 32, 1.0f, 0.0f},      // one block (odd: the pad block)
+      {5, 64, 1.0f, 0.0f},      // a partial row pass
+      {9, 576, 1.0f, 0.0f},     // 18 blocks: a full and a partial scale chunk (SmolLM2's d)
+      {17, 1536, 0.5f, 0.25f},  // 48 blocks, alpha and beta
+      {300, 544, 1.0f, 1.0f},   // 17 blocks, many rows (threads split them)
+  };
+  for (DType wt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}) {
+    for (const Case& c : cases) {
+      for (int threads : {1, 2}) check(wt, c, threads, seed += 7);
+    }
+  }
+  set_cpu_num_threads(saved);
+}
+
+TEST(GemvInt8, IgnoredWhereItDoesNotApply) {
+  // f32 weights, M > 1 and K not a multiple of 32 take the f32 paths whatever the flag says.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (auto [m, k, wt] : {std::tuple{1, 48, DType::kF32}, std::tuple{2, 64, DType::kQ4_1}}) {
+    std::vector<float> wv(static_cast<size_t>(8 * k)), xv(static_cast<size_t>(m * k));
+    for (float& v : wv) v = nd(rng);
+    for (float& v : xv) v = nd(rng);
+    Tensor w = Tensor::empty({8, k}, wt);
+    ops::convert(Tensor::from_vector(wv, {8, k}, DType::kF32), w);
+    const Tensor x = Tensor::from_vector(xv, {m, k}, DType::kF32);
+    Tensor a = Tensor::empty({m, 8}, DType::kF32), b = Tensor::empty({m, 8}, DType::kF32);
+    ops::gemm(x, w, a, {.trans_b = true, .int8_activations = true});
+    ops::gemm(x, w, b, {.trans_b = true});
+    for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]);
+  }
+}
+
+// True when this host takes the int8 path (AVX-512 BW + VNNI, not switched off by environment).
+bool host_has_int8_gemv() {
+  for (const char* var : {"TANDEM_CPU_ISA", "TANDEM_INT8_GEMV"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != 0 && std::string(v) != "avx512") return false;
+  }
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      return line.find(" avx512bw") != std::string::npos &&
+             line.find(" avx512_vnni") != std::string::npos &&
+             line.find(" f16c") != std::string::npos;
+    }
+  }
+  return false;
+}
+
+TEST(GemvInt8, ModelDecodeStepWithInt8ActivationsStaysClose) {
+  llm::testing::TempDir dir;
+  constexpr int kDim = 64, kFf = 128, kVocab = 40;
+  std::mt19937_64 rng(9);
+  auto weight = [&](int64_t rows, int64_t cols, DType dt, float sd) {
+    std::normal_distribution<float> nd(0.0f, sd);
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& x : v) x = nd(rng);
+    Tensor q = Tensor::empty({rows, cols}, dt);
+    ops::convert(Tensor::from_vector(v, {rows, cols}, DType::kF32), q);
+    return q;
+  };
+  auto ones = [](int64_t n) {
+    return Tensor::from_vector(std::vector<float>(static_cast<size_t>(n), 1.0f), {n}, DType::kF32);
+  };
+  llm::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_int("llama.block_count", 1, llm::GgufType::kU32);
+  w.set_int("llama.embedding_length", kDim, llm::GgufType::kU32);
+  w.set_int("llama.feed_forward_length", kFf, llm::GgufType::kU32);
+  w.set_int("llama.attention.head_count", 4, llm::GgufType::kU32);
+  w.set_int("llama.attention.head_count_kv", 2, llm::GgufType::kU32);
+  w.set_int("llama.context_length", 64, llm::GgufType::kU32);
+  w.set_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
+  w.add_tensor("token_embd.weight", weight(kVocab, kDim, DType::kF32, 1.0f));
+  w.add_tensor("output_norm.weight", ones(kDim));
+  w.add_tensor("output.weight", weight(kVocab, kDim, DType::kQ8_0, 0.3f));
+  w.add_tensor("blk.0.attn_norm.weight", ones(kDim));
+  w.add_tensor("blk.0.attn_q.weight", weight(kDim, kDim, DType::kQ4_1, 0.3f));
+  w.add_tensor("blk.0.attn_k.weight", weight(kDim / 2, kDim, DType::kQ4_0, 0.3f));
+  w.add_tensor("blk.0.attn_v.weight", weight(kDim / 2, kDim, DType::kQ8_0, 0.3f));
+  w.add_tensor("blk.0.attn_output.weight", weight(kDim, kDim, DType::kQ4_1, 0.2f));
+  w.add_tensor("blk.0.ffn_norm.weight", ones(kDim));
+  w.add_tensor("blk.0.ffn_gate.weight", weight(kFf, kDim, DType::kQ4_1, 0.2f));
+  w.add_tensor("blk.0.ffn_up.weight", weight(kFf, kDim, DType::kQ4_1, 0.2f));
+  w.add_tensor("blk.0.ffn_down.weight", weight(kDim, kFf, DType::kQ4_1, 0.2f));
+  const std::string path = dir.file("int8.gguf");
+  w.write(path);
+  const llm::Model m = llm::Model::load(path);
+
+  const std::vector<int32_t> prompt = {3, 17, 5, 29}, prompt_pos = {0, 1, 2, 3};
+  const int32_t tok = 11, pos = 4;
+  std::vector<float> logits[2];
+  for (int int8 = 0; int8 < 2; ++int8) {
+    llm::KvCache cache = m.make_cache();
+    m.forward(prompt, prompt_pos, cache);
+    const Tensor l =
+        m.forward({&tok, 1}, {&pos, 1}, cache, {.last_only = true, .int8_activations = int8 == 1});
+    logits[int8].assign(l.data<float>(), l.data<float>() + l.numel());
+  }
+  float worst = 0.0f, scale = 0.0f;
+  for (int i = 0; i < kVocab; ++i) {
+    worst = std::max(worst, std::fabs(logits[0][i] - logits[1][i]));
+    scale = std::max(scale, std::fabs(logits[0][i]));
+  }
+  EXPECT_GT(scale, 0.1f);
+  // 8-bit activations through 7 random matrices, norms and SiLU: measured 4% of the largest logit.
+  EXPECT_LE(worst, 0.1f * scale);
+  if (host_has_int8_gemv()) {
+    EXPECT_GT(worst, 0.0f) << "int8_activations did not reach the int8 GEMV";
+  } else {
+    EXPECT_EQ(worst, 0.0f) << "no int8 GEMV on this host: the option must change nothing";
+  }
+}
+
+}  // namespace
+}  // namespace tandem
