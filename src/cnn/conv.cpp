@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -67,7 +70,7 @@ struct Prim {
 };
 
 // key: N, C, H, W, 4 source strides, 4 edge pads, threads
-using PrimKey = std::array<int64_t, 13>;
+using PrimKey = std::array<int64_t, 14>;  // + the activation layout (plain or any)
 
 dnnl::memory make_scratch(const dnnl::memory::desc& md) {
   return md.get_size() > 0 ? dnnl::memory(md, engine()) : dnnl::memory();
@@ -107,8 +110,12 @@ struct ConvKernel::Impl {
   dnnl::convolution_forward::primitive_desc make_pd(const Dims& xd, const Dims& yd,
                                                     const EdgePads& p, const std::string& match) {
     const Window& w = node.window;
-    const dnnl::memory::desc src_any(xd, kF32, Tag::any);
-    const dnnl::memory::desc dst_any(yd, kF32, Tag::any);
+    // 1x1 convolutions run as a GEMM straight on NCHW (oneDNN's gemm convolution): no reorder of
+    // the activations in or out, which costs more than the blocked kernel gains. Others let
+    // oneDNN pick (blocked nChw16c, reordered per call).
+    const Tag act_tag = plain_layout() ? Tag::nchw : Tag::any;
+    const dnnl::memory::desc src_any(xd, kF32, act_tag);
+    const dnnl::memory::desc dst_any(yd, kF32, act_tag);
     const dnnl::memory::desc w_any(weights_user.dims(), kF32, Tag::any);
     const Dims strides{w.sh, w.sw}, dil{w.dh - 1, w.dw - 1};
     const Dims pad_l{p.top, p.left}, pad_r{p.bottom, p.right};
@@ -155,6 +162,72 @@ struct ConvKernel::Impl {
     return first;
   }
 
+  int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: oneDNN's choice
+  bool plain_layout() const { return layout == 1; }
+
+  // Chooses the activation layout once per conv geometry and thread count (process-wide, so every
+  // Executor of a model, whole-image or tile, uses the same kernel). 1x1 convolutions can run as a
+  // GEMM straight on NCHW, with no reorder of the activations in or out; whether that beats the
+  // blocked kernel plus its reorders depends on the shape, so both are timed on the whole input
+  // (best of 3) and the faster is kept, as MNN's pre-inference does. Other convs use oneDNN's
+  // choice. TANDEM_CNN_CONV_LAYOUT=plain|any forces one.
+  void choose_layout(int threads) {
+    if (layout >= 0) return;
+    if (const char* e = std::getenv("TANDEM_CNN_CONV_LAYOUT")) {
+      if (std::string(e) == "plain" || std::string(e) == "any") {
+        layout = std::string(e) == "plain" ? 1 : 0;
+        return;
+      }
+    }
+    const Window& w = node.window;
+    if (!(w.kh == 1 && w.kw == 1 && node.groups == 1)) {
+      layout = 0;
+      return;
+    }
+    static std::mutex cache_mu;
+    static std::map<std::array<int64_t, 12>, int> cache;
+    const std::array<int64_t, 12> key{
+        in_full[0], in_full[1], in_full[2], in_full[3], node.weight.size(0), w.sh, w.sw, w.pt,
+        w.pl,       w.pb,       w.pr,       threads};
+    {
+      std::lock_guard lk(cache_mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) {
+        layout = it->second;
+        return;
+      }
+    }
+    const int64_t ho = window_output_size(in_full[2], 1, w.sh, 1, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], 1, w.sw, 1, w.pl, w.pr, false);
+    Tensor x = Tensor::zeros(in_full, DType::kF32);
+    Tensor y = Tensor::empty({in_full[0], node.weight.size(0), ho, wo}, DType::kF32);
+    const EdgePads p{w.pt, w.pl, w.pb, w.pr};
+    double best[2] = {0, 0};
+    for (int choice : {0, 1}) {
+      layout = choice;
+      full_impl_name.clear();
+      try {
+        execute(get(x, p, y, threads), x, y);  // warm-up: creation, weight packing
+        best[choice] = INFINITY;
+        for (int r = 0; r < 3; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          execute(get(x, p, y, threads), x, y);
+          best[choice] = std::min(
+              best[choice],
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+      } catch (const dnnl::error&) {
+        best[choice] = INFINITY;
+      }
+    }
+    layout = best[1] < best[0] ? 1 : 0;
+    full_impl_name.clear();
+    log().debug("cnn conv '{}': {} layout ({:.3f} ms blocked, {:.3f} ms plain)", node.name,
+                layout ? "plain" : "blocked", best[0] * 1e3, best[1] * 1e3);
+    std::lock_guard lk(cache_mu);
+    cache.emplace(key, layout);
+  }
+
   // The implementation oneDNN picks for the whole input (computed once).
   const std::string& full_impl(int threads) {
     if (full_impl_name.empty()) {
@@ -171,9 +244,10 @@ struct ConvKernel::Impl {
   }
 
   Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {
-    const PrimKey key{x.size(0),   x.size(1),   x.size(2),   x.size(3), x.stride(0),
-                      x.stride(1), x.stride(2), x.stride(3), p.top,     p.left,
-                      p.bottom,    p.right,     threads};
+    choose_layout(threads);
+    const PrimKey key{layout,      x.size(0),   x.size(1),   x.size(2),   x.size(3),
+                      x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.top,
+                      p.left,      p.bottom,    p.right,     threads};
     auto it = prims.find(key);
     if (it != prims.end()) return *it->second;
     auto e = std::make_unique<Prim>();
@@ -207,7 +281,10 @@ struct ConvKernel::Impl {
   void run(const Tensor& x, const EdgePads& p, Tensor& y, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
-    Prim& e = get(x, p, y, threads);
+    execute(get(x, p, y, threads), x, y);
+  }
+
+  void execute(Prim& e, const Tensor& x, Tensor& y) {
     dnnl::stream st(engine());
     dnnl::memory src(e.src_user, engine(), x.raw_data());
     dnnl::memory dst(e.dst_user, engine(), y.raw_data());

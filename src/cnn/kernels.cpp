@@ -21,10 +21,47 @@ namespace {
 
 int nthreads(int threads) { return std::max(threads, 1); }
 
+// Rows of a rank-4 view (columns contiguous), with the strides read once.
+struct Rows {
+  const float* base;
+  int64_t s0, s1, s2;
+  explicit Rows(const Tensor& t)
+      : base(static_cast<const float*>(t.raw_data())),
+        s0(t.stride(0)),
+        s1(t.stride(1)),
+        s2(t.stride(2)) {}
+  const float* operator()(int64_t n, int64_t c, int64_t y) const {
+    return base + n * s0 + c * s1 + y * s2;
+  }
+};
+
 // Pointer to row y (tile-local) of plane (n, c) of a rank-4 view; columns are contiguous.
 inline const float* row(const Tensor& t, int64_t n, int64_t c, int64_t y) {
-  return static_cast<const float*>(t.raw_data()) + n * t.stride(0) + c * t.stride(1) +
-         y * t.stride(2);
+  return Rows(t)(n, c, y);
+}
+
+// y[k] = f(x[k]) for one row, with the activation's kind resolved outside the loop.
+void act_row(const float* x, float* y, int64_t n, const Activation& a) {
+  switch (a.kind) {
+    case ActKind::kNone:
+      if (x != y) std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case ActKind::kRelu:
+      for (int64_t k = 0; k < n; ++k) y[k] = x[k] > 0.0f ? x[k] : 0.0f;
+      break;
+    case ActKind::kLeakyRelu:
+      for (int64_t k = 0; k < n; ++k) y[k] = x[k] > 0.0f ? x[k] : x[k] * a.alpha;
+      break;
+    case ActKind::kClip:
+      for (int64_t k = 0; k < n; ++k) y[k] = std::min(std::max(x[k], a.alpha), a.beta);
+      break;
+    case ActKind::kSigmoid:
+      for (int64_t k = 0; k < n; ++k) y[k] = 1.0f / (1.0f + std::exp(-x[k]));
+      break;
+    case ActKind::kSilu:
+      for (int64_t k = 0; k < n; ++k) y[k] = x[k] / (1.0f + std::exp(-x[k]));
+      break;
+  }
 }
 
 }  // namespace
@@ -63,28 +100,47 @@ void pool(const Node& n, const View& x, const Region& out, Tensor& y, int thread
   const int64_t nb = x.t.size(0), ch = x.t.size(1), H = x.full[2], W = x.full[3];
   const int64_t oh = out.rows(), ow = out.cols();
   const bool is_max = n.op == OpKind::kMaxPool;
+  const Rows rows(x.t);
+  const int64_t r0 = x.region.h0, c0 = x.region.w0;
   float* yp = y.data<float>();
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t b = plane / ch, c = plane % ch;
+    const float* p0 = rows(b, c, 0);
     float* yo = yp + plane * oh * ow;
     for (int64_t oy = 0; oy < oh; ++oy) {
       const int64_t gy = out.h0 + oy;
+      const int64_t iy0 = gy * w.sh - w.pt;
       for (int64_t ox = 0; ox < ow; ++ox) {
         const int64_t gx = out.w0 + ox;
+        const int64_t ix0 = gx * w.sw - w.pl;
+        const bool interior = iy0 >= 0 && iy0 + static_cast<int64_t>(w.kh - 1) * w.dh < H &&
+                              ix0 >= 0 && ix0 + static_cast<int64_t>(w.kw - 1) * w.dw < W;
         float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
         int64_t count = 0;
-        for (int ky = 0; ky < w.kh; ++ky) {
-          const int64_t iy = gy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
-          const bool in_pad_y = iy >= -w.pt && iy < H + w.pb;
-          for (int kx = 0; kx < w.kw; ++kx) {
-            const int64_t ix = gx * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
-            if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-              const float v = row(x.t, b, c, iy - x.region.h0)[ix - x.region.w0];
+        if (interior) {
+          for (int ky = 0; ky < w.kh; ++ky) {
+            const float* r = p0 + (iy0 + static_cast<int64_t>(ky) * w.dh - r0) * rows.s2 - c0;
+            for (int kx = 0; kx < w.kw; ++kx) {
+              const float v = r[ix0 + static_cast<int64_t>(kx) * w.dw];
               acc = is_max ? std::max(acc, v) : acc + v;
-              ++count;
-            } else if (!is_max && w.count_include_pad && in_pad_y && ix >= -w.pl && ix < W + w.pr) {
-              ++count;  // zero padding inside the declared pads counts in the divisor
+            }
+          }
+          count = static_cast<int64_t>(w.kh) * w.kw;
+        } else {
+          for (int ky = 0; ky < w.kh; ++ky) {
+            const int64_t iy = iy0 + static_cast<int64_t>(ky) * w.dh;
+            const bool in_pad_y = iy >= -w.pt && iy < H + w.pb;
+            for (int kx = 0; kx < w.kw; ++kx) {
+              const int64_t ix = ix0 + static_cast<int64_t>(kx) * w.dw;
+              if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+                const float v = p0[(iy - r0) * rows.s2 + ix - c0];
+                acc = is_max ? std::max(acc, v) : acc + v;
+                ++count;
+              } else if (!is_max && w.count_include_pad && in_pad_y && ix >= -w.pl &&
+                         ix < W + w.pr) {
+                ++count;  // zero padding inside the declared pads counts in the divisor
+              }
             }
           }
         }
@@ -145,15 +201,17 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
   const float* cp = b ? nullptr : n.weight.data<float>();
   const int64_t ce = b ? 0 : n.weight.numel();
   const int64_t H = a.full[2], W = a.full[3];
+  const Rows arows(a.t);
+  const Rows brows(b ? b->t : a.t);
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t bi = plane / ch, c = plane % ch;
     float* yo = yp + plane * h * w;
     for (int64_t r = 0; r < h; ++r) {
-      const float* ar = row(a.t, bi, c, r);
+      const float* ar = arows(bi, c, r);
       float* yr = yo + r * w;
       if (b) {
-        const float* br = row(b->t, bi, c, r);
+        const float* br = brows(bi, c, r);
         for (int64_t k = 0; k < w; ++k) yr[k] = add ? ar[k] + br[k] : ar[k] * br[k];
       } else if (ce == 1 || ce == ch) {
         const float bv = cp[ce == 1 ? 0 : c];
@@ -168,21 +226,20 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
 
 void activation(const Activation& act, const View& x, Tensor& y, int threads) {
   float* yp = y.data<float>();
-  if (x.t.rank() != 4) {
+  if (x.t.rank() != 4 || x.t.is_contiguous()) {
     const Tensor xc = x.t.contiguous();
     const float* xp = xc.data<float>();
-    for (int64_t i = 0; i < xc.numel(); ++i) yp[i] = apply_act(xp[i], act);
+    const int64_t e = xc.numel(), chunk = 16384;
+#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+    for (int64_t i = 0; i < e; i += chunk) act_row(xp + i, yp + i, std::min(chunk, e - i), act);
     return;
   }
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
+  const Rows rows(x.t);
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
-    for (int64_t r = 0; r < h; ++r) {
-      const float* xr = row(x.t, plane / ch, plane % ch, r);
-      float* yr = yp + (plane * h + r) * w;
-      for (int64_t k = 0; k < w; ++k) yr[k] = apply_act(xr[k], act);
-    }
-  }
+  for (int64_t plane = 0; plane < nb * ch; ++plane)
+    for (int64_t r = 0; r < h; ++r)
+      act_row(rows(plane / ch, plane % ch, r), yp + (plane * h + r) * w, w, act);
 }
 
 void affine(const Node& n, const View& x, Tensor& y, int threads) {
