@@ -81,6 +81,7 @@ dnnl::memory make_scratch(const dnnl::memory::desc& md) {
 struct ConvKernel::Impl {
   Node node;
   Shape in_full;
+  bool direct_dw = false;
   bool onednn = true;
   std::string full_impl_name;
   std::mutex mu;
@@ -315,6 +316,7 @@ struct ConvKernel::Impl {
 struct ConvKernel::Impl {
   Node node;
   Shape in_full;
+  bool direct_dw = false;
   bool onednn = false;
   void run(const Tensor&, const EdgePads&, Tensor&, int) {
     throw Unsupported("cnn: built without oneDNN");
@@ -327,6 +329,9 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
+  // Depthwise: the engine's direct kernel (no reorders), unless TANDEM_CNN_DEPTHWISE=onednn.
+  const char* dw = std::getenv("TANDEM_CNN_DEPTHWISE");
+  impl_->direct_dw = is_depthwise(node) && !(dw && std::string(dw) == "onednn");
 #if defined(TANDEM_HAVE_DNNL)
   impl_->onednn = use_onednn;
   const int64_t g = node.groups;
@@ -346,6 +351,10 @@ bool ConvKernel::uses_onednn() const { return impl_->onednn; }
 
 void ConvKernel::run(const View& x, const Region& out, Tensor& y, int threads) {
   const Node& n = impl_->node;
+  if (impl_->direct_dw) {
+    depthwise_conv(n, x, out, y, threads);
+    return;
+  }
   const EdgePads p = edge_pads(n.window, x.full, out);
   if (impl_->onednn) {
 #if defined(TANDEM_HAVE_DNNL)

@@ -40,6 +40,10 @@ class ConvKernel {
   std::unique_ptr<Impl> impl_;
 };
 
+// Depthwise convolution (groups == channels == outputs) by direct loops (depthwise.cpp).
+bool is_depthwise(const Node& n);
+void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
+
 void pool(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
 void global_average_pool(const View& x, Tensor& y, int threads);
 void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
