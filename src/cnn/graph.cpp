@@ -274,9 +274,9 @@ void Graph::infer_shapes() {
         const int r = x.rank();
         if (n.axis < 0) n.axis += r;
         if (n.axis < 0 || n.axis >= r) fail(n, cat("axis out of range for ", x.to_string()));
-        if (r != 2 && n.axis != 1)
+        if (n.axis != 1)
           throw Unsupported(cat("node '", n.name, "' (Concat): axis ", n.axis, " of ",
-                                x.to_string(), " (channels only)"));
+                                x.to_string(), " (axis 1, channels, only)"));
         Shape o = x;
         o[n.axis] = 0;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -377,9 +377,9 @@ void Graph::infer_shapes() {
         want_inputs(1);
         int axis = n.axis < 0 ? n.axis + x.rank() : n.axis;
         if (axis < 0 || axis >= x.rank()) fail(n, "axis out of range");
-        if (x.rank() != 2 && axis != 1)
+        if (axis != 1)
           throw Unsupported(cat("node '", n.name, "' (Split): axis ", axis, " of ", x.to_string(),
-                                " (channels only)"));
+                                " (axis 1, channels, only)"));
         n.axis = axis;
         if (n.split.empty()) {
           if (x[axis] % static_cast<int64_t>(n.outputs.size()) != 0)

@@ -263,42 +263,55 @@ void affine(const Node& n, const View& x, Tensor& y, int threads) {
 void concat(const std::vector<View>& xs, Tensor& y, int threads) {
   float* yp = y.data<float>();
   const int64_t nb = y.size(0), cy = y.size(1);
-  const int64_t plane = y.numel() / (nb * cy);
+  const int64_t plane = y.numel() / (nb * cy);  // elements per (image, channel)
   int64_t c0 = 0;
   for (const View& v : xs) {
     const Tensor& t = v.t;
     const int64_t ch = t.size(1);
-    const int64_t h = t.rank() == 4 ? t.size(2) : 1, w = t.rank() == 4 ? t.size(3) : 1;
-    const Tensor tc = t.rank() == 4 ? t : t.contiguous();
+    if (t.rank() == 4) {  // a (possibly strided) tile: copy rows
+      const int64_t h = t.size(2), w = t.size(3);
+      const Rows rows(t);
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-    for (int64_t p = 0; p < nb * ch; ++p) {
-      const int64_t b = p / ch, c = p % ch;
-      float* dst = yp + (b * cy + c0 + c) * plane;
-      for (int64_t r = 0; r < h; ++r) {
-        const float* src = tc.rank() == 4 ? row(tc, b, c, r) : tc.data<float>() + b * ch + c;
-        std::memcpy(dst + r * w, src, static_cast<size_t>(w) * sizeof(float));
+      for (int64_t p = 0; p < nb * ch; ++p) {
+        const int64_t b = p / ch, c = p % ch;
+        float* dst = yp + (b * cy + c0 + c) * plane;
+        for (int64_t r = 0; r < h; ++r)
+          std::memcpy(dst + r * w, rows(b, c, r), static_cast<size_t>(w) * sizeof(float));
       }
+    } else {  // whole tensors of any rank: blocks of ch * plane elements per image
+      const Tensor tc = t.contiguous();
+      const float* src = tc.data<float>();
+      for (int64_t b = 0; b < nb; ++b)
+        std::memcpy(yp + (b * cy + c0) * plane, src + b * ch * plane,
+                    static_cast<size_t>(ch * plane) * sizeof(float));
     }
     c0 += ch;
   }
 }
 
 void split(const Node& n, const View& x, std::vector<Tensor*>& ys, int threads) {
-  const Tensor xc = x.t.rank() == 4 ? x.t : x.t.contiguous();
-  const int64_t nb = xc.size(0);
-  const int64_t h = xc.rank() == 4 ? xc.size(2) : 1, w = xc.rank() == 4 ? xc.size(3) : 1;
+  const int64_t nb = x.t.size(0), cx = x.t.size(1);
+  const int64_t plane = ys[0]->numel() / (nb * n.split[0]);
   int64_t c0 = 0;
   for (size_t i = 0; i < ys.size(); ++i) {
     const int64_t ch = n.split[i];
     float* yp = ys[i]->data<float>();
+    if (x.t.rank() == 4) {
+      const int64_t h = x.t.size(2), w = x.t.size(3);
+      const Rows rows(x.t);
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-    for (int64_t p = 0; p < nb * ch; ++p) {
-      const int64_t b = p / ch, c = p % ch;
-      for (int64_t r = 0; r < h; ++r) {
-        const float* src =
-            xc.rank() == 4 ? row(xc, b, c0 + c, r) : xc.data<float>() + b * xc.size(1) + c0 + c;
-        std::memcpy(yp + (p * h + r) * w, src, static_cast<size_t>(w) * sizeof(float));
+      for (int64_t p = 0; p < nb * ch; ++p) {
+        const int64_t b = p / ch, c = p % ch;
+        for (int64_t r = 0; r < h; ++r)
+          std::memcpy(yp + (p * h + r) * w, rows(b, c0 + c, r),
+                      static_cast<size_t>(w) * sizeof(float));
       }
+    } else {
+      const Tensor xc = x.t.contiguous();
+      const float* src = xc.data<float>();
+      for (int64_t b = 0; b < nb; ++b)
+        std::memcpy(yp + b * ch * plane, src + (b * cx + c0) * plane,
+                    static_cast<size_t>(ch * plane) * sizeof(float));
     }
     c0 += ch;
   }
