@@ -64,8 +64,8 @@ struct Prim {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   dnnl::memory::desc src_user, dst_user;
-  dnnl::reorder src_reorder, dst_reorder;
-  dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch;
+  dnnl::reorder src_reorder, dst_reorder, dst_in_reorder;  // dst_in: residual into dst_buf
+  dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch, dst_in_scratch;
   dnnl::memory weights;  // packed into pd.weights_desc() (shared between primitives)
 };
 
@@ -130,8 +130,10 @@ struct ConvKernel::Impl {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const Activation& a = node.act;
-    if (a.kind != ActKind::kNone) {
+    const bool residual = node.inputs.size() == 2;
+    if (a.kind != ActKind::kNone || residual) {
       dnnl::post_ops po;
+      if (residual) po.append_sum(1.0f);  // dst holds the residual; the conv accumulates onto it
       switch (a.kind) {
         case ActKind::kRelu:
           po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -272,6 +274,12 @@ struct ConvKernel::Impl {
       e->dst_reorder = dnnl::reorder(rpd);
       e->dst_buf = dnnl::memory(e->pd.dst_desc(), engine());
       e->dst_scratch = make_scratch(rpd.scratchpad_desc());
+      if (node.inputs.size() == 2) {
+        dnnl::reorder::primitive_desc in_rpd(engine(), e->dst_user, engine(), e->pd.dst_desc(),
+                                             rattr);
+        e->dst_in_reorder = dnnl::reorder(in_rpd);
+        e->dst_in_scratch = make_scratch(in_rpd.scratchpad_desc());
+      }
     }
     e->weights = packed_weights(e->pd.weights_desc());
     log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
@@ -300,6 +308,7 @@ struct ConvKernel::Impl {
       src = e.src_buf;
     }
     dnnl::memory out = e.dst_reorder ? e.dst_buf : dst;
+    if (e.dst_in_reorder) reorder(e.dst_in_reorder, dst, e.dst_buf, e.dst_in_scratch);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, out}};
     if (node.bias.defined())
@@ -349,12 +358,15 @@ ConvKernel::~ConvKernel() = default;
 
 bool ConvKernel::uses_onednn() const { return impl_->onednn; }
 
-void ConvKernel::run(const View& x, const Region& out, Tensor& y, int threads) {
+void ConvKernel::run(const View& x, const View* residual, const Region& out, Tensor& y,
+                     int threads) {
   const Node& n = impl_->node;
   if (impl_->direct_dw) {
     depthwise_conv(n, x, out, y, threads);
     return;
   }
+  // A residual is first placed in y (unless it already lives there), then accumulated onto.
+  if (residual && residual->t.raw_data() != y.raw_data()) y.copy_from(residual->t);
   const EdgePads p = edge_pads(n.window, x.full, out);
   if (impl_->onednn) {
 #if defined(TANDEM_HAVE_DNNL)
@@ -377,12 +389,14 @@ void ConvKernel::run(const View& x, const Region& out, Tensor& y, int threads) {
   cp.pad_bottom = p.bottom;
   cp.pad_right = p.right;
   cp.groups = n.groups;
-  ops::conv2d(x.t.contiguous(), n.weight, n.bias, y, cp);
-  if (n.act.kind != ActKind::kNone) {
+  Tensor conv = residual ? Tensor::empty(y.shape(), DType::kF32) : y;
+  ops::conv2d(x.t.contiguous(), n.weight, n.bias, conv, cp);
+  if (n.act.kind != ActKind::kNone || residual) {
     float* v = y.data<float>();
+    const float* c = conv.data<float>();
     const int64_t e = y.numel();
 #pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
-    for (int64_t i = 0; i < e; ++i) v[i] = apply_act(v[i], n.act);
+    for (int64_t i = 0; i < e; ++i) v[i] = apply_act(residual ? c[i] + v[i] : c[i], n.act);
   }
 }
 

@@ -199,7 +199,7 @@ void Graph::infer_shapes() {
       case OpKind::kConv:
       case OpKind::kMaxPool:
       case OpKind::kAveragePool: {
-        want_inputs(1);
+        if (!(n.op == OpKind::kConv && n.inputs.size() == 2)) want_inputs(1);
         want_rank(x, 4);
         Window& w = n.window;
         if (w.same_pad != 0) {
@@ -243,6 +243,9 @@ void Graph::infer_shapes() {
           fail(n, cat("on input ", x.to_string(), ": ", e.what()));
         }
         out[0] = Shape{x[0], c_out, ho, wo};
+        if (n.inputs.size() == 2 && !(in(1) == out[0]))
+          fail(n, cat("residual ", in(1).to_string(), " does not match the output ",
+                      out[0].to_string()));
         break;
       }
       case OpKind::kGlobalAveragePool:
