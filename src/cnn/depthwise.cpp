@@ -26,38 +26,63 @@ struct DwArgs {
   const Region* out;
   float* y;  // plane base of the output tile
   const Activation* act;
+  const int64_t* col_lo;  // per kx: output columns [col_lo, col_hi) whose tap is a real column
+  const int64_t* col_hi;
+  int64_t blo, bhi;  // columns whose taps are all real
 };
+
+constexpr int64_t kBlock = 64;  // output columns kept in registers across all taps
 
 template <int kStride>
 __attribute__((always_inline)) inline void dw_plane(const DwArgs& a, float* acc) {
   const Window& w = *a.win;
   const int64_t ow = a.out->cols(), oh = a.out->rows();
   const int64_t sw = kStride > 0 ? kStride : w.sw;
+  const int64_t g0 = a.out->w0;
+  // Output columns [blo, bhi) read only real columns for every kx: their blocks run from
+  // registers; the rest go tap by tap with bounds (same per-output tap order, so same sums).
+  const int64_t blo = a.blo, bhi = a.bhi;
   for (int64_t oy = 0; oy < oh; ++oy) {
     const int64_t gy = a.out->h0 + oy;
-    for (int64_t i = 0; i < ow; ++i) acc[i] = a.bias;
-    for (int ky = 0; ky < w.kh; ++ky) {
-      const int64_t iy = gy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
-      if (iy < 0 || iy >= a.H) continue;
-      const float* xr = a.x + (iy - a.r0) * a.x_row - a.c0;  // indexed by full column
-      for (int kx = 0; kx < w.kw; ++kx) {
-        const float wv = a.w[ky * w.kw + kx];
-        const int64_t off = static_cast<int64_t>(kx) * w.dw - w.pl;
-        // Output columns whose tap column gx*sw + off lies in [0, W).
-        int64_t lo = 0, hi = ow;
-        const int64_t g0 = a.out->w0;
-        while (lo < hi && (g0 + lo) * sw + off < 0) ++lo;
-        while (hi > lo && (g0 + hi - 1) * sw + off >= a.W) --hi;
-        const float* src = xr + off;
-        if (sw == 1) {
+    int ky0 = 0, ky1 = w.kh;  // taps rows inside the image
+    while (ky0 < ky1 && gy * w.sh - w.pt + static_cast<int64_t>(ky0) * w.dh < 0) ++ky0;
+    while (ky1 > ky0 && gy * w.sh - w.pt + static_cast<int64_t>(ky1 - 1) * w.dh >= a.H) --ky1;
+    float* yr = a.y + oy * ow;
+    // Register blocks over the interior columns.
+    int64_t i0 = blo;
+    for (; i0 + kBlock <= bhi; i0 += kBlock) {
+      float r[kBlock];
+      for (int64_t i = 0; i < kBlock; ++i) r[i] = a.bias;
+      for (int ky = ky0; ky < ky1; ++ky) {
+        const int64_t iy = gy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
+        const float* xr = a.x + (iy - a.r0) * a.x_row - a.c0;
+        for (int kx = 0; kx < w.kw; ++kx) {
+          const float wv = a.w[ky * w.kw + kx];
+          const float* src = xr + (g0 + i0) * sw + static_cast<int64_t>(kx) * w.dw - w.pl;
 #pragma omp simd
-          for (int64_t i = lo; i < hi; ++i) acc[i] += wv * src[g0 + i];
-        } else {
+          for (int64_t i = 0; i < kBlock; ++i) r[i] += wv * src[i * sw];
+        }
+      }
+      for (int64_t i = 0; i < kBlock; ++i) acc[i0 + i] = r[i];
+    }
+    // The columns left (borders and the tail), tap by tap with bounds.
+    auto slow = [&](int64_t c_lo, int64_t c_hi) {
+      if (c_lo >= c_hi) return;
+      for (int64_t i = c_lo; i < c_hi; ++i) acc[i] = a.bias;
+      for (int ky = ky0; ky < ky1; ++ky) {
+        const int64_t iy = gy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
+        const float* xr = a.x + (iy - a.r0) * a.x_row - a.c0;
+        for (int kx = 0; kx < w.kw; ++kx) {
+          const float wv = a.w[ky * w.kw + kx];
+          const int64_t off = static_cast<int64_t>(kx) * w.dw - w.pl;
+          const int64_t lo = std::max(c_lo, a.col_lo[kx]), hi = std::min(c_hi, a.col_hi[kx]);
+          const float* src = xr + off;
           for (int64_t i = lo; i < hi; ++i) acc[i] += wv * src[(g0 + i) * sw];
         }
       }
-    }
-    float* yr = a.y + oy * ow;
+    };
+    slow(0, blo);
+    slow(i0, ow);
     const Activation& act = *a.act;
     switch (act.kind) {
       case ActKind::kRelu:
@@ -107,6 +132,22 @@ void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, 
   const int64_t s0 = x.t.stride(0), s1 = x.t.stride(1), s2 = x.t.stride(2);
   float* yp = y.data<float>();
   const int64_t plane_out = out.rows() * out.cols();
+  // Column ranges per kx, the same for every plane and row.
+  const Window& w = n.window;
+  const int64_t ow = out.cols(), g0 = out.w0, W = x.full[3];
+  std::vector<int64_t> col_lo(static_cast<size_t>(w.kw)), col_hi(static_cast<size_t>(w.kw));
+  int64_t blo = 0, bhi = ow;
+  for (int kx = 0; kx < w.kw; ++kx) {
+    const int64_t off = static_cast<int64_t>(kx) * w.dw - w.pl;
+    int64_t lo = 0, hi = ow;
+    while (lo < hi && (g0 + lo) * w.sw + off < 0) ++lo;
+    while (hi > lo && (g0 + hi - 1) * w.sw + off >= W) --hi;
+    col_lo[kx] = lo;
+    col_hi[kx] = hi;
+    blo = std::max(blo, lo);
+    bhi = std::min(bhi, hi);
+  }
+  if (bhi < blo) bhi = blo;
 #pragma omp parallel num_threads(std::max(threads, 1))
   {
     std::vector<float> acc(static_cast<size_t>(out.cols()));
@@ -124,7 +165,11 @@ void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, 
                &n.window,
                &out,
                yp + p * plane_out,
-               &n.act};
+               &n.act,
+               col_lo.data(),
+               col_hi.data(),
+               blo,
+               bhi};
       if (avx512)
         dw_plane_avx512(a, acc.data());
       else
