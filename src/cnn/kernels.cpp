@@ -102,49 +102,67 @@ void pool(const Node& n, const View& x, const Region& out, Tensor& y, int thread
   const bool is_max = n.op == OpKind::kMaxPool;
   const Rows rows(x.t);
   const int64_t r0 = x.region.h0, c0 = x.region.w0;
+  // Per kx: the output columns whose tap column is real ([lo, hi)) and, for count_include_pad,
+  // those whose tap lies inside the declared pads ([plo, phi)); the same for every row and plane.
+  std::vector<int64_t> lo(w.kw), hi(w.kw), plo(w.kw), phi(w.kw);
+  for (int kx = 0; kx < w.kw; ++kx) {
+    const int64_t off = static_cast<int64_t>(kx) * w.dw - w.pl;
+    auto range = [&](int64_t a, int64_t b, int64_t* l, int64_t* h) {
+      *l = 0;
+      *h = ow;
+      while (*l < *h && (out.w0 + *l) * w.sw + off < a) ++*l;
+      while (*h > *l && (out.w0 + *h - 1) * w.sw + off >= b) --*h;
+    };
+    range(0, W, &lo[kx], &hi[kx]);
+    range(-w.pl, W + w.pr, &plo[kx], &phi[kx]);
+  }
   float* yp = y.data<float>();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
-    const int64_t b = plane / ch, c = plane % ch;
-    const float* p0 = rows(b, c, 0);
-    float* yo = yp + plane * oh * ow;
-    for (int64_t oy = 0; oy < oh; ++oy) {
-      const int64_t gy = out.h0 + oy;
-      const int64_t iy0 = gy * w.sh - w.pt;
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        const int64_t gx = out.w0 + ox;
-        const int64_t ix0 = gx * w.sw - w.pl;
-        const bool interior = iy0 >= 0 && iy0 + static_cast<int64_t>(w.kh - 1) * w.dh < H &&
-                              ix0 >= 0 && ix0 + static_cast<int64_t>(w.kw - 1) * w.dw < W;
-        float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-        int64_t count = 0;
-        if (interior) {
-          for (int ky = 0; ky < w.kh; ++ky) {
-            const float* r = p0 + (iy0 + static_cast<int64_t>(ky) * w.dh - r0) * rows.s2 - c0;
-            for (int kx = 0; kx < w.kw; ++kx) {
-              const float v = r[ix0 + static_cast<int64_t>(kx) * w.dw];
-              acc = is_max ? std::max(acc, v) : acc + v;
-            }
+#pragma omp parallel num_threads(nthreads(threads))
+  {
+    std::vector<float> acc(static_cast<size_t>(ow));
+    std::vector<int32_t> cnt(static_cast<size_t>(ow));
+#pragma omp for schedule(static)
+    for (int64_t plane = 0; plane < nb * ch; ++plane) {
+      const int64_t b = plane / ch, c = plane % ch;
+      float* yo = yp + plane * oh * ow;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const int64_t gy = out.h0 + oy;
+        std::fill(acc.begin(), acc.end(), is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+        std::fill(cnt.begin(), cnt.end(), 0);
+        for (int ky = 0; ky < w.kh; ++ky) {
+          const int64_t iy = gy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
+          if (iy < 0 || iy >= H) {
+            if (!is_max && w.count_include_pad && iy >= -w.pt && iy < H + w.pb)
+              for (int kx = 0; kx < w.kw; ++kx)
+                for (int64_t i = plo[kx]; i < phi[kx]; ++i) ++cnt[i];
+            continue;
           }
-          count = static_cast<int64_t>(w.kh) * w.kw;
-        } else {
-          for (int ky = 0; ky < w.kh; ++ky) {
-            const int64_t iy = iy0 + static_cast<int64_t>(ky) * w.dh;
-            const bool in_pad_y = iy >= -w.pt && iy < H + w.pb;
-            for (int kx = 0; kx < w.kw; ++kx) {
-              const int64_t ix = ix0 + static_cast<int64_t>(kx) * w.dw;
-              if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-                const float v = p0[(iy - r0) * rows.s2 + ix - c0];
-                acc = is_max ? std::max(acc, v) : acc + v;
-                ++count;
-              } else if (!is_max && w.count_include_pad && in_pad_y && ix >= -w.pl &&
-                         ix < W + w.pr) {
-                ++count;  // zero padding inside the declared pads counts in the divisor
+          const float* xr = rows(b, c, iy - r0) - c0;
+          for (int kx = 0; kx < w.kw; ++kx) {
+            const float* src = xr + static_cast<int64_t>(kx) * w.dw - w.pl;
+            if (is_max) {
+              if (w.sw == 1) {
+                const float* s1 = src + out.w0;
+                for (int64_t i = lo[kx]; i < hi[kx]; ++i) acc[i] = std::max(acc[i], s1[i]);
+              } else {
+                for (int64_t i = lo[kx]; i < hi[kx]; ++i)
+                  acc[i] = std::max(acc[i], src[(out.w0 + i) * w.sw]);
               }
+            } else {
+              for (int64_t i = lo[kx]; i < hi[kx]; ++i) acc[i] += src[(out.w0 + i) * w.sw];
+              const int64_t a = w.count_include_pad ? plo[kx] : lo[kx];
+              const int64_t e = w.count_include_pad ? phi[kx] : hi[kx];
+              for (int64_t i = a; i < e; ++i) ++cnt[i];
             }
           }
         }
-        yo[oy * ow + ox] = is_max ? acc : (count > 0 ? acc / static_cast<float>(count) : 0.0f);
+        float* yr = yo + oy * ow;
+        if (is_max) {
+          std::memcpy(yr, acc.data(), static_cast<size_t>(ow) * sizeof(float));
+        } else {
+          for (int64_t i = 0; i < ow; ++i)
+            yr[i] = cnt[i] > 0 ? acc[i] / static_cast<float>(cnt[i]) : 0.0f;
+        }
       }
     }
   }
@@ -167,14 +185,22 @@ void global_average_pool(const View& x, Tensor& y, int threads) {
 
 void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, int threads) {
   const int64_t nb = x.t.size(0), ch = x.t.size(1), oh = out.rows(), ow = out.cols();
+  std::vector<int64_t> col(static_cast<size_t>(ow));  // source column of each output column
+  for (int64_t ox = 0; ox < ow; ++ox) col[ox] = (out.w0 + ox) / n.scale_w - x.region.w0;
+  const Rows rows(x.t);
   float* yp = y.data<float>();
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     float* yo = yp + plane * oh * ow;
     for (int64_t oy = 0; oy < oh; ++oy) {
-      const float* src = row(x.t, plane / ch, plane % ch, (out.h0 + oy) / n.scale_h - x.region.h0);
-      for (int64_t ox = 0; ox < ow; ++ox)
-        yo[oy * ow + ox] = src[(out.w0 + ox) / n.scale_w - x.region.w0];
+      const int64_t sy = (out.h0 + oy) / n.scale_h - x.region.h0;
+      float* yr = yo + oy * ow;
+      if (oy > 0 && (out.h0 + oy - 1) / n.scale_h - x.region.h0 == sy) {
+        std::memcpy(yr, yr - ow, static_cast<size_t>(ow) * sizeof(float));  // repeated row
+        continue;
+      }
+      const float* src = rows(plane / ch, plane % ch, sy);
+      for (int64_t ox = 0; ox < ow; ++ox) yr[ox] = src[col[ox]];
     }
   }
 }
