@@ -269,17 +269,28 @@ void activation(const Activation& act, const View& x, Tensor& y, int threads) {
 }
 
 void affine(const Node& n, const View& x, Tensor& y, int threads) {
-  const Tensor xc = x.t.rank() == 4 ? x.t : x.t.contiguous();
-  const int64_t nb = xc.size(0), ch = xc.size(1);
-  const int64_t h = xc.rank() == 4 ? xc.size(2) : 1, w = xc.rank() == 4 ? xc.size(3) : 1;
   const float* s = n.weight.data<float>();
   const float* sh = n.bias.defined() ? n.bias.data<float>() : nullptr;
   float* yp = y.data<float>();
+  const int64_t nb = x.t.size(0), ch = x.t.size(1);
+  if (x.t.rank() != 4) {  // whole tensors of any rank: `inner` elements per (image, channel)
+    const Tensor xc = x.t.contiguous();
+    const float* xp = xc.data<float>();
+    const int64_t inner = xc.numel() / (nb * ch);
+    for (int64_t p = 0; p < nb * ch; ++p) {
+      const int64_t c = p % ch;
+      for (int64_t k = 0; k < inner; ++k)
+        yp[p * inner + k] = xp[p * inner + k] * s[c] + (sh ? sh[c] : 0.0f);
+    }
+    return;
+  }
+  const int64_t h = x.t.size(2), w = x.t.size(3);
+  const Rows rows(x.t);
 #pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t c = plane % ch;
     for (int64_t r = 0; r < h; ++r) {
-      const float* xr = xc.rank() == 4 ? row(xc, plane / ch, c, r) : xc.data<float>() + plane;
+      const float* xr = rows(plane / ch, c, r);
       float* yr = yp + (plane * h + r) * w;
       for (int64_t k = 0; k < w; ++k) yr[k] = xr[k] * s[c] + (sh ? sh[c] : 0.0f);
     }
