@@ -13,7 +13,8 @@
 namespace tandem::cnn::testing {
 
 // Tolerance: max |ours - ORT| / max(1, max |ORT|). Summation order differs (oneDNN vs MLAS, BN
-// folded by both); the tiny models stay well inside 1e-5, deep ones inside 1e-4 in practice.
+// folded by both). Measured: tiny models <= 4.2e-7; ResNets, MobileNetV2, VGG-16, AlexNet,
+// Inception V3, YOLOv2-tiny <= 6.2e-6; YOLOv5s (deep SiLU stack, 80x80 sigmoid maps) <= 1.8e-4.
 constexpr double kTinyTol = 1e-4;
 constexpr double kModelTol = 1e-3;
 
