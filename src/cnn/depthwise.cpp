@@ -148,7 +148,7 @@ void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, 
     bhi = std::min(bhi, hi);
   }
   if (bhi < blo) bhi = blo;
-#pragma omp parallel num_threads(std::max(threads, 1))
+#pragma omp parallel num_threads(y.numel() < (int64_t{1} << 14) ? 1 : std::max(threads, 1))
   {
     std::vector<float> acc(static_cast<size_t>(out.cols()));
 #pragma omp for schedule(static)

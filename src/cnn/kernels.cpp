@@ -21,6 +21,12 @@ namespace {
 
 int nthreads(int threads) { return std::max(threads, 1); }
 
+// Threads for a data-movement kernel writing `elems` outputs: small ones stay on one thread (a
+// parallel region's fork/join costs more than the work, and on a loaded machine much more).
+int nthreads(int threads, int64_t elems) {
+  return elems < (int64_t{1} << 15) ? 1 : nthreads(threads);
+}
+
 // Rows of a rank-4 view (columns contiguous), with the strides read once.
 struct Rows {
   const float* base;
@@ -117,7 +123,7 @@ void pool(const Node& n, const View& x, const Region& out, Tensor& y, int thread
     range(-w.pl, W + w.pr, &plo[kx], &phi[kx]);
   }
   float* yp = y.data<float>();
-#pragma omp parallel num_threads(nthreads(threads))
+#pragma omp parallel num_threads(nthreads(threads, y.numel()))
   {
     std::vector<float> acc(static_cast<size_t>(ow));
     std::vector<int32_t> cnt(static_cast<size_t>(ow));
@@ -172,7 +178,7 @@ void global_average_pool(const View& x, Tensor& y, int threads) {
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
   float* yp = y.data<float>();
   const float inv = 1.0f / static_cast<float>(h * w);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, x.t.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     float acc = 0.0f;
     for (int64_t r = 0; r < h; ++r) {
@@ -189,7 +195,7 @@ void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, 
   for (int64_t ox = 0; ox < ow; ++ox) col[ox] = (out.w0 + ox) / n.scale_w - x.region.w0;
   const Rows rows(x.t);
   float* yp = y.data<float>();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     float* yo = yp + plane * oh * ow;
     for (int64_t oy = 0; oy < oh; ++oy) {
@@ -229,7 +235,7 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
   const int64_t H = a.full[2], W = a.full[3];
   const Rows arows(a.t);
   const Rows brows(b ? b->t : a.t);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t bi = plane / ch, c = plane % ch;
     float* yo = yp + plane * h * w;
@@ -256,13 +262,13 @@ void activation(const Activation& act, const View& x, Tensor& y, int threads) {
     const Tensor xc = x.t.contiguous();
     const float* xp = xc.data<float>();
     const int64_t e = xc.numel(), chunk = 16384;
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
     for (int64_t i = 0; i < e; i += chunk) act_row(xp + i, yp + i, std::min(chunk, e - i), act);
     return;
   }
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
   const Rows rows(x.t);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane)
     for (int64_t r = 0; r < h; ++r)
       act_row(rows(plane / ch, plane % ch, r), yp + (plane * h + r) * w, w, act);
@@ -286,7 +292,7 @@ void affine(const Node& n, const View& x, Tensor& y, int threads) {
   }
   const int64_t h = x.t.size(2), w = x.t.size(3);
   const Rows rows(x.t);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t c = plane % ch;
     for (int64_t r = 0; r < h; ++r) {
@@ -308,7 +314,7 @@ void concat(const std::vector<View>& xs, Tensor& y, int threads) {
     if (t.rank() == 4) {  // a (possibly strided) tile: copy rows
       const int64_t h = t.size(2), w = t.size(3);
       const Rows rows(t);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
       for (int64_t p = 0; p < nb * ch; ++p) {
         const int64_t b = p / ch, c = p % ch;
         float* dst = yp + (b * cy + c0 + c) * plane;
@@ -336,7 +342,7 @@ void split(const Node& n, const View& x, std::vector<Tensor*>& ys, int threads) 
     if (x.t.rank() == 4) {
       const int64_t h = x.t.size(2), w = x.t.size(3);
       const Rows rows(x.t);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, x.t.numel())) schedule(static)
       for (int64_t p = 0; p < nb * ch; ++p) {
         const int64_t b = p / ch, c = p % ch;
         for (int64_t r = 0; r < h; ++r)
