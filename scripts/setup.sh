@@ -10,7 +10,7 @@ packages=(
   libfmt-dev libspdlog-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev
-  libonnx-dev libprotobuf-dev
+  libonnx-dev libprotobuf-dev libonnx-testdata
   bible-kjv r-cran-janeaustenr  # real texts for `tandem perplexity` (scripts/llm/get_texts.sh)
 )
 

@@ -9,4 +9,10 @@ shift || true
 scripts/setup.sh
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"
+# Generated-weight CNNs and their ONNX Runtime references for the cnn_models tests (skipped without them).
+if python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
+  python3 scripts/cnn/gen_models.py --out "$build/cnn_models" --reference --skip-existing
+else
+  echo "test.sh: pip packages onnx, onnxruntime, numpy missing: the cnn_models tests will skip" >&2
+fi
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

@@ -4,8 +4,10 @@
 // same run (scripts/cnn/bench_ort.py, run once per model right after tandem's samples), reported
 // as the ratio ORT latency / tandem latency (> 1: tandem is faster). Results on stdout (md or
 // JSON), progress on stderr.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -57,6 +59,15 @@ std::string resolve_model(const CnnBenchOptions& o, const std::string& m) {
                      ")"));
 }
 
+// OpenMP's wait policy: libgomp reads OMP_WAIT_POLICY once at load. With the default (spin, then
+// sleep) a 2-thread run on an oversubscribed machine spends most of its time spinning at barriers
+// while the other thread waits to be scheduled (measured: MobileNetV2 on 2 threads 1.6 s instead
+// of 17 ms on the shared 2-vCPU VM). ONNX Runtime gets the matching setting (no spinning).
+bool passive_wait() {
+  const char* e = std::getenv("OMP_WAIT_POLICY");
+  return e && (std::string(e) == "passive" || std::string(e) == "PASSIVE");
+}
+
 // Runs the ONNX Runtime driver; returns its JSON, or {"error": why}.
 nlohmann::json run_ort(const CnnBenchOptions& o, const std::string& model, int threads) {
   if (!std::filesystem::exists(o.ort_script))
@@ -85,6 +96,10 @@ int run_cnn_bench(const CnnBenchOptions& o) {
   std::vector<std::string> models = o.models;
   if (models.empty()) models = {"resnet50", "mobilenet_v2", "inception_v3", "yolov5s"};
   Progress progress(!o.no_progress);
+  if (!passive_wait() && *std::max_element(thread_counts.begin(), thread_counts.end()) > 1)
+    std::fprintf(stderr,
+                 "bench-cnn: OMP_WAIT_POLICY is not 'passive'; on a shared machine multi-thread "
+                 "runs can be dominated by spinning (see docs/cnn.md)\n");
   std::map<int, double> peak;
   for (int t : thread_counts) {
     progress.update(cat("measuring the FMA peak on ", t, " thread(s)"));
@@ -156,6 +171,8 @@ int run_cnn_bench(const CnnBenchOptions& o) {
                               {"system", system_json()},
                               {"params",
                                {{"threads", o.threads},
+                                {"omp_wait_policy", passive_wait() ? "passive" : "default"},
+                                {"ort_spinning", !passive_wait()},
                                 {"repetitions", o.repetitions},
                                 {"warmup", o.warmup},
                                 {"batch", 1}}},

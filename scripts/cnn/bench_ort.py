@@ -7,7 +7,7 @@ reports the latency ratio. Each model is run with intra_op_num_threads = N (inte
 execution, graph optimisation level ALL, which enables ORT's NCHWc blocked convolutions and its
 Conv+BN+activation fusion) on a fixed-seed normal input.
 
-Usage: bench_ort.py --model M.onnx [--model ...] --threads 1,2 [-r 5] [--warmup 1]
+Usage: bench_ort.py --model M.onnx [--model ...] --threads 1,2 [-r 5] [--warmup 1] [--no-spin]
 Needs: pip install onnxruntime numpy
 """
 import argparse
@@ -22,6 +22,9 @@ def main():
     ap.add_argument("--threads", default="1")
     ap.add_argument("-r", "--repetitions", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--no-spin", action="store_true",
+                    help="threads block instead of spinning (session.intra_op.allow_spinning=0), "
+                         "the counterpart of OMP_WAIT_POLICY=passive for tandem")
     a = ap.parse_args()
     try:
         import numpy as np
@@ -37,6 +40,8 @@ def main():
             so.inter_op_num_threads = 1
             so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if a.no_spin:
+                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             inp = sess.get_inputs()[0]
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape]

@@ -12,7 +12,7 @@ With --reference (needs onnxruntime) each model also gets a reference run: NAME.
 (float32, a fixed-seed normal image), NAME.output.bin (all outputs, float32, concatenated in
 order) and NAME.json (shapes) -- what tests/cnn/models_test.cpp compares against.
 
-Usage: gen_models.py --out DIR [--models a,b,...|all|tiny|bench] [--reference]
+Usage: gen_models.py --out DIR [--models a,b,...|all|tiny|bench] [--reference] [--skip-existing]
 Needs: pip install onnx numpy (and onnxruntime for --reference).
 """
 import argparse
@@ -431,6 +431,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default="all")
     ap.add_argument("--reference", action="store_true")
+    ap.add_argument("--skip-existing", action="store_true",
+                    help="keep models (and references) already written in --out")
     a = ap.parse_args()
     names = []
     for part in a.models.split(","):
@@ -440,6 +442,10 @@ def main():
         if name not in MODELS:
             sys.exit(f"gen_models.py: unknown model '{name}' (known: {', '.join(MODELS)})")
         path = os.path.join(a.out, f"{name}.onnx")
+        done = os.path.exists(path) and (not a.reference or
+                                         os.path.exists(os.path.join(a.out, f"{name}.json")))
+        if a.skip_existing and done:
+            continue
         onnx.save(MODELS[name](), path)
         msg = f"{path}: {os.path.getsize(path) / 1e6:.1f} MB"
         if a.reference:

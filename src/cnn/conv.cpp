@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -61,13 +64,13 @@ struct Prim {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   dnnl::memory::desc src_user, dst_user;
-  dnnl::reorder src_reorder, dst_reorder;
-  dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch;
+  dnnl::reorder src_reorder, dst_reorder, dst_in_reorder;  // dst_in: residual into dst_buf
+  dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch, dst_in_scratch;
   dnnl::memory weights;  // packed into pd.weights_desc() (shared between primitives)
 };
 
 // key: N, C, H, W, 4 source strides, 4 edge pads, threads
-using PrimKey = std::array<int64_t, 13>;
+using PrimKey = std::array<int64_t, 14>;  // + the activation layout (plain or any)
 
 dnnl::memory make_scratch(const dnnl::memory::desc& md) {
   return md.get_size() > 0 ? dnnl::memory(md, engine()) : dnnl::memory();
@@ -78,6 +81,7 @@ dnnl::memory make_scratch(const dnnl::memory::desc& md) {
 struct ConvKernel::Impl {
   Node node;
   Shape in_full;
+  bool direct_dw = false;
   bool onednn = true;
   std::string full_impl_name;
   std::mutex mu;
@@ -107,8 +111,12 @@ struct ConvKernel::Impl {
   dnnl::convolution_forward::primitive_desc make_pd(const Dims& xd, const Dims& yd,
                                                     const EdgePads& p, const std::string& match) {
     const Window& w = node.window;
-    const dnnl::memory::desc src_any(xd, kF32, Tag::any);
-    const dnnl::memory::desc dst_any(yd, kF32, Tag::any);
+    // 1x1 convolutions run as a GEMM straight on NCHW (oneDNN's gemm convolution): no reorder of
+    // the activations in or out, which costs more than the blocked kernel gains. Others let
+    // oneDNN pick (blocked nChw16c, reordered per call).
+    const Tag act_tag = plain_layout() ? Tag::nchw : Tag::any;
+    const dnnl::memory::desc src_any(xd, kF32, act_tag);
+    const dnnl::memory::desc dst_any(yd, kF32, act_tag);
     const dnnl::memory::desc w_any(weights_user.dims(), kF32, Tag::any);
     const Dims strides{w.sh, w.sw}, dil{w.dh - 1, w.dw - 1};
     const Dims pad_l{p.top, p.left}, pad_r{p.bottom, p.right};
@@ -122,8 +130,10 @@ struct ConvKernel::Impl {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const Activation& a = node.act;
-    if (a.kind != ActKind::kNone) {
+    const bool residual = node.inputs.size() == 2;
+    if (a.kind != ActKind::kNone || residual) {
       dnnl::post_ops po;
+      if (residual) po.append_sum(1.0f);  // dst holds the residual; the conv accumulates onto it
       switch (a.kind) {
         case ActKind::kRelu:
           po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -155,6 +165,72 @@ struct ConvKernel::Impl {
     return first;
   }
 
+  int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: oneDNN's choice
+  bool plain_layout() const { return layout == 1; }
+
+  // Chooses the activation layout once per conv geometry and thread count (process-wide, so every
+  // Executor of a model, whole-image or tile, uses the same kernel). 1x1 convolutions can run as a
+  // GEMM straight on NCHW, with no reorder of the activations in or out; whether that beats the
+  // blocked kernel plus its reorders depends on the shape, so both are timed on the whole input
+  // (best of 3) and the faster is kept, as MNN's pre-inference does. Other convs use oneDNN's
+  // choice. TANDEM_CNN_CONV_LAYOUT=plain|any forces one.
+  void choose_layout(int threads) {
+    if (layout >= 0) return;
+    if (const char* e = std::getenv("TANDEM_CNN_CONV_LAYOUT")) {
+      if (std::string(e) == "plain" || std::string(e) == "any") {
+        layout = std::string(e) == "plain" ? 1 : 0;
+        return;
+      }
+    }
+    const Window& w = node.window;
+    if (!(w.kh == 1 && w.kw == 1 && node.groups == 1)) {
+      layout = 0;
+      return;
+    }
+    static std::mutex cache_mu;
+    static std::map<std::array<int64_t, 12>, int> cache;
+    const std::array<int64_t, 12> key{
+        in_full[0], in_full[1], in_full[2], in_full[3], node.weight.size(0), w.sh, w.sw, w.pt,
+        w.pl,       w.pb,       w.pr,       threads};
+    {
+      std::lock_guard lk(cache_mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) {
+        layout = it->second;
+        return;
+      }
+    }
+    const int64_t ho = window_output_size(in_full[2], 1, w.sh, 1, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], 1, w.sw, 1, w.pl, w.pr, false);
+    Tensor x = Tensor::zeros(in_full, DType::kF32);
+    Tensor y = Tensor::empty({in_full[0], node.weight.size(0), ho, wo}, DType::kF32);
+    const EdgePads p{w.pt, w.pl, w.pb, w.pr};
+    double best[2] = {0, 0};
+    for (int choice : {0, 1}) {
+      layout = choice;
+      full_impl_name.clear();
+      try {
+        execute(get(x, p, y, threads), x, y);  // warm-up: creation, weight packing
+        best[choice] = INFINITY;
+        for (int r = 0; r < 3; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          execute(get(x, p, y, threads), x, y);
+          best[choice] = std::min(
+              best[choice],
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+      } catch (const dnnl::error&) {
+        best[choice] = INFINITY;
+      }
+    }
+    layout = best[1] < best[0] ? 1 : 0;
+    full_impl_name.clear();
+    log().debug("cnn conv '{}': {} layout ({:.3f} ms blocked, {:.3f} ms plain)", node.name,
+                layout ? "plain" : "blocked", best[0] * 1e3, best[1] * 1e3);
+    std::lock_guard lk(cache_mu);
+    cache.emplace(key, layout);
+  }
+
   // The implementation oneDNN picks for the whole input (computed once).
   const std::string& full_impl(int threads) {
     if (full_impl_name.empty()) {
@@ -171,9 +247,10 @@ struct ConvKernel::Impl {
   }
 
   Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {
-    const PrimKey key{x.size(0),   x.size(1),   x.size(2),   x.size(3), x.stride(0),
-                      x.stride(1), x.stride(2), x.stride(3), p.top,     p.left,
-                      p.bottom,    p.right,     threads};
+    choose_layout(threads);
+    const PrimKey key{layout,      x.size(0),   x.size(1),   x.size(2),   x.size(3),
+                      x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.top,
+                      p.left,      p.bottom,    p.right,     threads};
     auto it = prims.find(key);
     if (it != prims.end()) return *it->second;
     auto e = std::make_unique<Prim>();
@@ -197,6 +274,12 @@ struct ConvKernel::Impl {
       e->dst_reorder = dnnl::reorder(rpd);
       e->dst_buf = dnnl::memory(e->pd.dst_desc(), engine());
       e->dst_scratch = make_scratch(rpd.scratchpad_desc());
+      if (node.inputs.size() == 2) {
+        dnnl::reorder::primitive_desc in_rpd(engine(), e->dst_user, engine(), e->pd.dst_desc(),
+                                             rattr);
+        e->dst_in_reorder = dnnl::reorder(in_rpd);
+        e->dst_in_scratch = make_scratch(in_rpd.scratchpad_desc());
+      }
     }
     e->weights = packed_weights(e->pd.weights_desc());
     log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
@@ -207,7 +290,10 @@ struct ConvKernel::Impl {
   void run(const Tensor& x, const EdgePads& p, Tensor& y, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
-    Prim& e = get(x, p, y, threads);
+    execute(get(x, p, y, threads), x, y);
+  }
+
+  void execute(Prim& e, const Tensor& x, Tensor& y) {
     dnnl::stream st(engine());
     dnnl::memory src(e.src_user, engine(), x.raw_data());
     dnnl::memory dst(e.dst_user, engine(), y.raw_data());
@@ -222,6 +308,7 @@ struct ConvKernel::Impl {
       src = e.src_buf;
     }
     dnnl::memory out = e.dst_reorder ? e.dst_buf : dst;
+    if (e.dst_in_reorder) reorder(e.dst_in_reorder, dst, e.dst_buf, e.dst_in_scratch);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, out}};
     if (node.bias.defined())
@@ -238,6 +325,7 @@ struct ConvKernel::Impl {
 struct ConvKernel::Impl {
   Node node;
   Shape in_full;
+  bool direct_dw = false;
   bool onednn = false;
   void run(const Tensor&, const EdgePads&, Tensor&, int) {
     throw Unsupported("cnn: built without oneDNN");
@@ -250,6 +338,9 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
+  // Depthwise: the engine's direct kernel (no reorders), unless TANDEM_CNN_DEPTHWISE=onednn.
+  const char* dw = std::getenv("TANDEM_CNN_DEPTHWISE");
+  impl_->direct_dw = is_depthwise(node) && !(dw && std::string(dw) == "onednn");
 #if defined(TANDEM_HAVE_DNNL)
   impl_->onednn = use_onednn;
   const int64_t g = node.groups;
@@ -267,8 +358,15 @@ ConvKernel::~ConvKernel() = default;
 
 bool ConvKernel::uses_onednn() const { return impl_->onednn; }
 
-void ConvKernel::run(const View& x, const Region& out, Tensor& y, int threads) {
+void ConvKernel::run(const View& x, const View* residual, const Region& out, Tensor& y,
+                     int threads) {
   const Node& n = impl_->node;
+  if (impl_->direct_dw) {
+    depthwise_conv(n, x, out, y, threads);
+    return;
+  }
+  // A residual is first placed in y (unless it already lives there), then accumulated onto.
+  if (residual && residual->t.raw_data() != y.raw_data()) y.copy_from(residual->t);
   const EdgePads p = edge_pads(n.window, x.full, out);
   if (impl_->onednn) {
 #if defined(TANDEM_HAVE_DNNL)
@@ -291,12 +389,14 @@ void ConvKernel::run(const View& x, const Region& out, Tensor& y, int threads) {
   cp.pad_bottom = p.bottom;
   cp.pad_right = p.right;
   cp.groups = n.groups;
-  ops::conv2d(x.t.contiguous(), n.weight, n.bias, y, cp);
-  if (n.act.kind != ActKind::kNone) {
+  Tensor conv = residual ? Tensor::empty(y.shape(), DType::kF32) : y;
+  ops::conv2d(x.t.contiguous(), n.weight, n.bias, conv, cp);
+  if (n.act.kind != ActKind::kNone || residual) {
     float* v = y.data<float>();
+    const float* c = conv.data<float>();
     const int64_t e = y.numel();
 #pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
-    for (int64_t i = 0; i < e; ++i) v[i] = apply_act(v[i], n.act);
+    for (int64_t i = 0; i < e; ++i) v[i] = apply_act(residual ? c[i] + v[i] : c[i], n.act);
   }
 }
 

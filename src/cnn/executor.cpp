@@ -102,10 +102,13 @@ struct Executor::Impl {
           dying.push_back(t);
       // Elementwise ops may write over an input that dies here and covers the same region.
       int reuse = -1;
-      if (elementwise(n.op) && pooled[n.outputs[0]]) {
+      // So may a conv over its residual (oneDNN's sum post-op accumulates into the destination).
+      const int over =
+          n.op == OpKind::kConv ? (n.inputs.size() == 2 ? n.inputs[1] : -1) : n.inputs[0];
+      if ((elementwise(n.op) || n.op == OpKind::kConv) && pooled[n.outputs[0]]) {
         for (int t : dying)
           if (p.regions[t] == p.regions[n.outputs[0]] &&
-              g.tensor(t).shape == g.tensor(n.outputs[0]).shape && n.inputs[0] == t) {
+              g.tensor(t).shape == g.tensor(n.outputs[0]).shape && over == t) {
             reuse = t;
             break;
           }
@@ -175,7 +178,7 @@ struct Executor::Impl {
       Tensor y = make_out(n.outputs[0]);
       switch (n.op) {
         case OpKind::kConv:
-          convs[id]->run(in[0], out, y, threads);
+          convs[id]->run(in[0], in.size() > 1 ? &in[1] : nullptr, out, y, threads);
           break;
         case OpKind::kMaxPool:
         case OpKind::kAveragePool:

@@ -115,12 +115,44 @@ bool fuse_activation(Graph& g) {
   return changed;
 }
 
+// Add(conv(x), r) where nothing else reads the conv output: the conv takes r as a residual input
+// (oneDNN's sum post-op) and moves to the Add's place (r may be computed after the conv).
+bool fuse_residual(Graph& g) {
+  auto& nodes = g.mutable_nodes();
+  std::vector<char> dead(nodes.size(), 0);
+  bool changed = false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& a = nodes[i];
+    if (a.op != OpKind::kAdd || a.inputs.size() != 2 || a.inputs[0] == a.inputs[1]) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int t = a.inputs[side], r = a.inputs[1 - side];
+      const int p = g.tensor(t).producer;
+      if (p < 0 || dead[p] || sole_consumer(g, t) != static_cast<int>(i)) continue;
+      const Node& c = nodes[p];
+      if (c.op != OpKind::kConv || c.act.kind != ActKind::kNone || c.inputs.size() != 1 ||
+          c.groups != 1 || !(g.tensor(r).shape == g.tensor(t).shape))
+        continue;
+      Node fused = c;
+      fused.inputs = {c.inputs[0], r};
+      fused.outputs = a.outputs;
+      a = std::move(fused);
+      dead[p] = 1;
+      changed = true;
+      break;
+    }
+  }
+  if (changed) sweep(g, dead);
+  return changed;
+}
+
 }  // namespace
 
 void fuse_graph(Graph& g) {
   fold_affine(g);
   find_silu(g);
   fuse_activation(g);
+  fuse_residual(g);
+  fuse_activation(g);  // the ReLU after a residual add
 }
 
 }  // namespace tandem::cnn

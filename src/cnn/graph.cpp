@@ -199,7 +199,7 @@ void Graph::infer_shapes() {
       case OpKind::kConv:
       case OpKind::kMaxPool:
       case OpKind::kAveragePool: {
-        want_inputs(1);
+        if (!(n.op == OpKind::kConv && n.inputs.size() == 2)) want_inputs(1);
         want_rank(x, 4);
         Window& w = n.window;
         if (w.same_pad != 0) {
@@ -243,6 +243,9 @@ void Graph::infer_shapes() {
           fail(n, cat("on input ", x.to_string(), ": ", e.what()));
         }
         out[0] = Shape{x[0], c_out, ho, wo};
+        if (n.inputs.size() == 2 && !(in(1) == out[0]))
+          fail(n, cat("residual ", in(1).to_string(), " does not match the output ",
+                      out[0].to_string()));
         break;
       }
       case OpKind::kGlobalAveragePool:
@@ -274,9 +277,9 @@ void Graph::infer_shapes() {
         const int r = x.rank();
         if (n.axis < 0) n.axis += r;
         if (n.axis < 0 || n.axis >= r) fail(n, cat("axis out of range for ", x.to_string()));
-        if (r != 2 && n.axis != 1)
+        if (n.axis != 1)
           throw Unsupported(cat("node '", n.name, "' (Concat): axis ", n.axis, " of ",
-                                x.to_string(), " (channels only)"));
+                                x.to_string(), " (axis 1, channels, only)"));
         Shape o = x;
         o[n.axis] = 0;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -377,9 +380,9 @@ void Graph::infer_shapes() {
         want_inputs(1);
         int axis = n.axis < 0 ? n.axis + x.rank() : n.axis;
         if (axis < 0 || axis >= x.rank()) fail(n, "axis out of range");
-        if (x.rank() != 2 && axis != 1)
+        if (axis != 1)
           throw Unsupported(cat("node '", n.name, "' (Split): axis ", axis, " of ", x.to_string(),
-                                " (channels only)"));
+                                " (axis 1, channels, only)"));
         n.axis = axis;
         if (n.split.empty()) {
           if (x[axis] % static_cast<int64_t>(n.outputs.size()) != 0)

@@ -21,10 +21,53 @@ namespace {
 
 int nthreads(int threads) { return std::max(threads, 1); }
 
+// Threads for a data-movement kernel writing `elems` outputs: small ones stay on one thread (a
+// parallel region's fork/join costs more than the work, and on a loaded machine much more).
+int nthreads(int threads, int64_t elems) {
+  return elems < (int64_t{1} << 15) ? 1 : nthreads(threads);
+}
+
+// Rows of a rank-4 view (columns contiguous), with the strides read once.
+struct Rows {
+  const float* base;
+  int64_t s0, s1, s2;
+  explicit Rows(const Tensor& t)
+      : base(static_cast<const float*>(t.raw_data())),
+        s0(t.stride(0)),
+        s1(t.stride(1)),
+        s2(t.stride(2)) {}
+  const float* operator()(int64_t n, int64_t c, int64_t y) const {
+    return base + n * s0 + c * s1 + y * s2;
+  }
+};
+
 // Pointer to row y (tile-local) of plane (n, c) of a rank-4 view; columns are contiguous.
 inline const float* row(const Tensor& t, int64_t n, int64_t c, int64_t y) {
-  return static_cast<const float*>(t.raw_data()) + n * t.stride(0) + c * t.stride(1) +
-         y * t.stride(2);
+  return Rows(t)(n, c, y);
+}
+
+// y[k] = f(x[k]) for one row, with the activation's kind resolved outside the loop.
+void act_row(const float* x, float* y, int64_t n, const Activation& a) {
+  switch (a.kind) {
+    case ActKind::kNone:
+      if (x != y) std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case ActKind::kRelu:
+      for (int64_t k = 0; k < n; ++k) y[k] = x[k] > 0.0f ? x[k] : 0.0f;
+      break;
+    case ActKind::kLeakyRelu:
+      for (int64_t k = 0; k < n; ++k) y[k] = x[k] > 0.0f ? x[k] : x[k] * a.alpha;
+      break;
+    case ActKind::kClip:
+      for (int64_t k = 0; k < n; ++k) y[k] = std::min(std::max(x[k], a.alpha), a.beta);
+      break;
+    case ActKind::kSigmoid:
+      for (int64_t k = 0; k < n; ++k) y[k] = 1.0f / (1.0f + std::exp(-x[k]));
+      break;
+    case ActKind::kSilu:
+      for (int64_t k = 0; k < n; ++k) y[k] = x[k] / (1.0f + std::exp(-x[k]));
+      break;
+  }
 }
 
 }  // namespace
@@ -63,32 +106,69 @@ void pool(const Node& n, const View& x, const Region& out, Tensor& y, int thread
   const int64_t nb = x.t.size(0), ch = x.t.size(1), H = x.full[2], W = x.full[3];
   const int64_t oh = out.rows(), ow = out.cols();
   const bool is_max = n.op == OpKind::kMaxPool;
+  const Rows rows(x.t);
+  const int64_t r0 = x.region.h0, c0 = x.region.w0;
+  // Per kx: the output columns whose tap column is real ([lo, hi)) and, for count_include_pad,
+  // those whose tap lies inside the declared pads ([plo, phi)); the same for every row and plane.
+  std::vector<int64_t> lo(w.kw), hi(w.kw), plo(w.kw), phi(w.kw);
+  for (int kx = 0; kx < w.kw; ++kx) {
+    const int64_t off = static_cast<int64_t>(kx) * w.dw - w.pl;
+    auto range = [&](int64_t a, int64_t b, int64_t* l, int64_t* h) {
+      *l = 0;
+      *h = ow;
+      while (*l < *h && (out.w0 + *l) * w.sw + off < a) ++*l;
+      while (*h > *l && (out.w0 + *h - 1) * w.sw + off >= b) --*h;
+    };
+    range(0, W, &lo[kx], &hi[kx]);
+    range(-w.pl, W + w.pr, &plo[kx], &phi[kx]);
+  }
   float* yp = y.data<float>();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
-    const int64_t b = plane / ch, c = plane % ch;
-    float* yo = yp + plane * oh * ow;
-    for (int64_t oy = 0; oy < oh; ++oy) {
-      const int64_t gy = out.h0 + oy;
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        const int64_t gx = out.w0 + ox;
-        float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-        int64_t count = 0;
+#pragma omp parallel num_threads(nthreads(threads, y.numel()))
+  {
+    std::vector<float> acc(static_cast<size_t>(ow));
+    std::vector<int32_t> cnt(static_cast<size_t>(ow));
+#pragma omp for schedule(static)
+    for (int64_t plane = 0; plane < nb * ch; ++plane) {
+      const int64_t b = plane / ch, c = plane % ch;
+      float* yo = yp + plane * oh * ow;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const int64_t gy = out.h0 + oy;
+        std::fill(acc.begin(), acc.end(), is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+        std::fill(cnt.begin(), cnt.end(), 0);
         for (int ky = 0; ky < w.kh; ++ky) {
           const int64_t iy = gy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
-          const bool in_pad_y = iy >= -w.pt && iy < H + w.pb;
+          if (iy < 0 || iy >= H) {
+            if (!is_max && w.count_include_pad && iy >= -w.pt && iy < H + w.pb)
+              for (int kx = 0; kx < w.kw; ++kx)
+                for (int64_t i = plo[kx]; i < phi[kx]; ++i) ++cnt[i];
+            continue;
+          }
+          const float* xr = rows(b, c, iy - r0) - c0;
           for (int kx = 0; kx < w.kw; ++kx) {
-            const int64_t ix = gx * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
-            if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-              const float v = row(x.t, b, c, iy - x.region.h0)[ix - x.region.w0];
-              acc = is_max ? std::max(acc, v) : acc + v;
-              ++count;
-            } else if (!is_max && w.count_include_pad && in_pad_y && ix >= -w.pl && ix < W + w.pr) {
-              ++count;  // zero padding inside the declared pads counts in the divisor
+            const float* src = xr + static_cast<int64_t>(kx) * w.dw - w.pl;
+            if (is_max) {
+              if (w.sw == 1) {
+                const float* s1 = src + out.w0;
+                for (int64_t i = lo[kx]; i < hi[kx]; ++i) acc[i] = std::max(acc[i], s1[i]);
+              } else {
+                for (int64_t i = lo[kx]; i < hi[kx]; ++i)
+                  acc[i] = std::max(acc[i], src[(out.w0 + i) * w.sw]);
+              }
+            } else {
+              for (int64_t i = lo[kx]; i < hi[kx]; ++i) acc[i] += src[(out.w0 + i) * w.sw];
+              const int64_t a = w.count_include_pad ? plo[kx] : lo[kx];
+              const int64_t e = w.count_include_pad ? phi[kx] : hi[kx];
+              for (int64_t i = a; i < e; ++i) ++cnt[i];
             }
           }
         }
-        yo[oy * ow + ox] = is_max ? acc : (count > 0 ? acc / static_cast<float>(count) : 0.0f);
+        float* yr = yo + oy * ow;
+        if (is_max) {
+          std::memcpy(yr, acc.data(), static_cast<size_t>(ow) * sizeof(float));
+        } else {
+          for (int64_t i = 0; i < ow; ++i)
+            yr[i] = cnt[i] > 0 ? acc[i] / static_cast<float>(cnt[i]) : 0.0f;
+        }
       }
     }
   }
@@ -98,7 +178,7 @@ void global_average_pool(const View& x, Tensor& y, int threads) {
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
   float* yp = y.data<float>();
   const float inv = 1.0f / static_cast<float>(h * w);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, x.t.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     float acc = 0.0f;
     for (int64_t r = 0; r < h; ++r) {
@@ -111,14 +191,22 @@ void global_average_pool(const View& x, Tensor& y, int threads) {
 
 void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, int threads) {
   const int64_t nb = x.t.size(0), ch = x.t.size(1), oh = out.rows(), ow = out.cols();
+  std::vector<int64_t> col(static_cast<size_t>(ow));  // source column of each output column
+  for (int64_t ox = 0; ox < ow; ++ox) col[ox] = (out.w0 + ox) / n.scale_w - x.region.w0;
+  const Rows rows(x.t);
   float* yp = y.data<float>();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     float* yo = yp + plane * oh * ow;
     for (int64_t oy = 0; oy < oh; ++oy) {
-      const float* src = row(x.t, plane / ch, plane % ch, (out.h0 + oy) / n.scale_h - x.region.h0);
-      for (int64_t ox = 0; ox < ow; ++ox)
-        yo[oy * ow + ox] = src[(out.w0 + ox) / n.scale_w - x.region.w0];
+      const int64_t sy = (out.h0 + oy) / n.scale_h - x.region.h0;
+      float* yr = yo + oy * ow;
+      if (oy > 0 && (out.h0 + oy - 1) / n.scale_h - x.region.h0 == sy) {
+        std::memcpy(yr, yr - ow, static_cast<size_t>(ow) * sizeof(float));  // repeated row
+        continue;
+      }
+      const float* src = rows(plane / ch, plane % ch, sy);
+      for (int64_t ox = 0; ox < ow; ++ox) yr[ox] = src[col[ox]];
     }
   }
 }
@@ -145,15 +233,17 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
   const float* cp = b ? nullptr : n.weight.data<float>();
   const int64_t ce = b ? 0 : n.weight.numel();
   const int64_t H = a.full[2], W = a.full[3];
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+  const Rows arows(a.t);
+  const Rows brows(b ? b->t : a.t);
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t bi = plane / ch, c = plane % ch;
     float* yo = yp + plane * h * w;
     for (int64_t r = 0; r < h; ++r) {
-      const float* ar = row(a.t, bi, c, r);
+      const float* ar = arows(bi, c, r);
       float* yr = yo + r * w;
       if (b) {
-        const float* br = row(b->t, bi, c, r);
+        const float* br = brows(bi, c, r);
         for (int64_t k = 0; k < w; ++k) yr[k] = add ? ar[k] + br[k] : ar[k] * br[k];
       } else if (ce == 1 || ce == ch) {
         const float bv = cp[ce == 1 ? 0 : c];
@@ -168,35 +258,45 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
 
 void activation(const Activation& act, const View& x, Tensor& y, int threads) {
   float* yp = y.data<float>();
-  if (x.t.rank() != 4) {
+  if (x.t.rank() != 4 || x.t.is_contiguous()) {
     const Tensor xc = x.t.contiguous();
     const float* xp = xc.data<float>();
-    for (int64_t i = 0; i < xc.numel(); ++i) yp[i] = apply_act(xp[i], act);
+    const int64_t e = xc.numel(), chunk = 16384;
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
+    for (int64_t i = 0; i < e; i += chunk) act_row(xp + i, yp + i, std::min(chunk, e - i), act);
     return;
   }
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
-    for (int64_t r = 0; r < h; ++r) {
-      const float* xr = row(x.t, plane / ch, plane % ch, r);
-      float* yr = yp + (plane * h + r) * w;
-      for (int64_t k = 0; k < w; ++k) yr[k] = apply_act(xr[k], act);
-    }
-  }
+  const Rows rows(x.t);
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
+  for (int64_t plane = 0; plane < nb * ch; ++plane)
+    for (int64_t r = 0; r < h; ++r)
+      act_row(rows(plane / ch, plane % ch, r), yp + (plane * h + r) * w, w, act);
 }
 
 void affine(const Node& n, const View& x, Tensor& y, int threads) {
-  const Tensor xc = x.t.rank() == 4 ? x.t : x.t.contiguous();
-  const int64_t nb = xc.size(0), ch = xc.size(1);
-  const int64_t h = xc.rank() == 4 ? xc.size(2) : 1, w = xc.rank() == 4 ? xc.size(3) : 1;
   const float* s = n.weight.data<float>();
   const float* sh = n.bias.defined() ? n.bias.data<float>() : nullptr;
   float* yp = y.data<float>();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
+  const int64_t nb = x.t.size(0), ch = x.t.size(1);
+  if (x.t.rank() != 4) {  // whole tensors of any rank: `inner` elements per (image, channel)
+    const Tensor xc = x.t.contiguous();
+    const float* xp = xc.data<float>();
+    const int64_t inner = xc.numel() / (nb * ch);
+    for (int64_t p = 0; p < nb * ch; ++p) {
+      const int64_t c = p % ch;
+      for (int64_t k = 0; k < inner; ++k)
+        yp[p * inner + k] = xp[p * inner + k] * s[c] + (sh ? sh[c] : 0.0f);
+    }
+    return;
+  }
+  const int64_t h = x.t.size(2), w = x.t.size(3);
+  const Rows rows(x.t);
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
   for (int64_t plane = 0; plane < nb * ch; ++plane) {
     const int64_t c = plane % ch;
     for (int64_t r = 0; r < h; ++r) {
-      const float* xr = xc.rank() == 4 ? row(xc, plane / ch, c, r) : xc.data<float>() + plane;
+      const float* xr = rows(plane / ch, c, r);
       float* yr = yp + (plane * h + r) * w;
       for (int64_t k = 0; k < w; ++k) yr[k] = xr[k] * s[c] + (sh ? sh[c] : 0.0f);
     }
@@ -206,42 +306,55 @@ void affine(const Node& n, const View& x, Tensor& y, int threads) {
 void concat(const std::vector<View>& xs, Tensor& y, int threads) {
   float* yp = y.data<float>();
   const int64_t nb = y.size(0), cy = y.size(1);
-  const int64_t plane = y.numel() / (nb * cy);
+  const int64_t plane = y.numel() / (nb * cy);  // elements per (image, channel)
   int64_t c0 = 0;
   for (const View& v : xs) {
     const Tensor& t = v.t;
     const int64_t ch = t.size(1);
-    const int64_t h = t.rank() == 4 ? t.size(2) : 1, w = t.rank() == 4 ? t.size(3) : 1;
-    const Tensor tc = t.rank() == 4 ? t : t.contiguous();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-    for (int64_t p = 0; p < nb * ch; ++p) {
-      const int64_t b = p / ch, c = p % ch;
-      float* dst = yp + (b * cy + c0 + c) * plane;
-      for (int64_t r = 0; r < h; ++r) {
-        const float* src = tc.rank() == 4 ? row(tc, b, c, r) : tc.data<float>() + b * ch + c;
-        std::memcpy(dst + r * w, src, static_cast<size_t>(w) * sizeof(float));
+    if (t.rank() == 4) {  // a (possibly strided) tile: copy rows
+      const int64_t h = t.size(2), w = t.size(3);
+      const Rows rows(t);
+#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
+      for (int64_t p = 0; p < nb * ch; ++p) {
+        const int64_t b = p / ch, c = p % ch;
+        float* dst = yp + (b * cy + c0 + c) * plane;
+        for (int64_t r = 0; r < h; ++r)
+          std::memcpy(dst + r * w, rows(b, c, r), static_cast<size_t>(w) * sizeof(float));
       }
+    } else {  // whole tensors of any rank: blocks of ch * plane elements per image
+      const Tensor tc = t.contiguous();
+      const float* src = tc.data<float>();
+      for (int64_t b = 0; b < nb; ++b)
+        std::memcpy(yp + (b * cy + c0) * plane, src + b * ch * plane,
+                    static_cast<size_t>(ch * plane) * sizeof(float));
     }
     c0 += ch;
   }
 }
 
 void split(const Node& n, const View& x, std::vector<Tensor*>& ys, int threads) {
-  const Tensor xc = x.t.rank() == 4 ? x.t : x.t.contiguous();
-  const int64_t nb = xc.size(0);
-  const int64_t h = xc.rank() == 4 ? xc.size(2) : 1, w = xc.rank() == 4 ? xc.size(3) : 1;
+  const int64_t nb = x.t.size(0), cx = x.t.size(1);
+  const int64_t plane = ys[0]->numel() / (nb * n.split[0]);
   int64_t c0 = 0;
   for (size_t i = 0; i < ys.size(); ++i) {
     const int64_t ch = n.split[i];
     float* yp = ys[i]->data<float>();
-#pragma omp parallel for num_threads(nthreads(threads)) schedule(static)
-    for (int64_t p = 0; p < nb * ch; ++p) {
-      const int64_t b = p / ch, c = p % ch;
-      for (int64_t r = 0; r < h; ++r) {
-        const float* src =
-            xc.rank() == 4 ? row(xc, b, c0 + c, r) : xc.data<float>() + b * xc.size(1) + c0 + c;
-        std::memcpy(yp + (p * h + r) * w, src, static_cast<size_t>(w) * sizeof(float));
+    if (x.t.rank() == 4) {
+      const int64_t h = x.t.size(2), w = x.t.size(3);
+      const Rows rows(x.t);
+#pragma omp parallel for num_threads(nthreads(threads, x.t.numel())) schedule(static)
+      for (int64_t p = 0; p < nb * ch; ++p) {
+        const int64_t b = p / ch, c = p % ch;
+        for (int64_t r = 0; r < h; ++r)
+          std::memcpy(yp + (p * h + r) * w, rows(b, c0 + c, r),
+                      static_cast<size_t>(w) * sizeof(float));
       }
+    } else {
+      const Tensor xc = x.t.contiguous();
+      const float* src = xc.data<float>();
+      for (int64_t b = 0; b < nb; ++b)
+        std::memcpy(yp + b * ch * plane, src + (b * cx + c0) * plane,
+                    static_cast<size_t>(ch * plane) * sizeof(float));
     }
     c0 += ch;
   }

@@ -31,14 +31,19 @@ class ConvKernel {
   // in_full: the node's whole input shape (tiles reuse the kernel chosen for it).
   ConvKernel(const Node& node, const Shape& in_full, bool use_onednn);
   ~ConvKernel();
-  // x: the input cropped to input_region(out); y: contiguous [N, O, out.rows(), out.cols()].
-  void run(const View& x, const Region& out, Tensor& y, int threads);
+  // x: the input cropped to input_region(out); residual: the residual input cropped to out, or
+  // null (it may share y's memory); y: contiguous [N, O, out.rows(), out.cols()].
+  void run(const View& x, const View* residual, const Region& out, Tensor& y, int threads);
   bool uses_onednn() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Depthwise convolution (groups == channels == outputs) by direct loops (depthwise.cpp).
+bool is_depthwise(const Node& n);
+void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
 
 void pool(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
 void global_average_pool(const View& x, Tensor& y, int threads);

@@ -61,6 +61,7 @@ Region input_region(const Graph& g, int node, int input, const Region& out) {
     case OpKind::kConv:
     case OpKind::kMaxPool:
     case OpKind::kAveragePool: {
+      if (input == 1) return intersect(out, full);  // a conv's residual: the output's region
       const Window& w = n.window;
       Region r;
       window_axis(out.h0, out.h1, w.kh, w.sh, w.dh, w.pt, &r.h0, &r.h1);

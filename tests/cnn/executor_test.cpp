@@ -232,6 +232,23 @@ TEST(CnnOps, GemmAndSoftmax) {
   }
 }
 
+TEST(CnnOps, AffineOnRank3AndRank4) {
+  for (const Shape& s : {Shape{2, 3, 4}, Shape{2, 3, 2, 5}}) {
+    Node n;
+    n.op = OpKind::kAffine;
+    n.weight = random_tensor({3}, 1);
+    n.bias = random_tensor({3}, 2);
+    const Tensor x = random_tensor(s, 3);
+    const Tensor y = Executor(single(s, n)).run({x})[0];
+    const int64_t inner = s.numel() / 6;
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const int64_t c = (i / inner) % 3;
+      EXPECT_FLOAT_EQ(y.data<float>()[i],
+                      x.data<float>()[i] * n.weight.data<float>()[c] + n.bias.data<float>()[c]);
+    }
+  }
+}
+
 TEST(CnnOps, BadInputsAreRejected) {
   Node n;
   n.op = OpKind::kActivation;

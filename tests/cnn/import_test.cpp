@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cnn_test_util.h"
+#include "region_check.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
 #include "tandem/core/error.h"
@@ -309,6 +310,31 @@ TEST(CnnImport, SiluPatternAndClipFuseIntoConv) {
   EXPECT_EQ(g.node(0).act.kind, ActKind::kSilu);
   EXPECT_EQ(g.node(1).act.kind, ActKind::kClip);
   EXPECT_EQ(g.node(1).act.beta, 6.0f);
+}
+
+TEST(CnnImport, ResidualAddAndReluFuseIntoTheConv) {
+  ModelBuilder b;
+  b.input("x", {1, 3, 6, 5});
+  b.init("w", {3, 3, 3, 3}, iota(81, 0.05f));
+  b.init("w0", {3, 3, 1, 1}, iota(9, 0.2f));
+  b.node("Conv", {"x", "w0"}, {"s"});  // the residual, computed before the conv
+  auto* c = b.node("Conv", {"s", "w"}, {"c"});
+  ModelBuilder::ints(c, "pads", {1, 1, 1, 1});
+  b.node("Add", {"s", "c"}, {"a"});
+  b.node("Relu", {"a"}, {"y"});
+  b.output("y");
+  const Graph g = b.import();
+  ASSERT_EQ(g.nodes().size(), 2u);
+  EXPECT_EQ(g.node(1).inputs.size(), 2u);
+  EXPECT_EQ(g.node(1).act.kind, ActKind::kRelu);
+  const Graph plain = b.import({.fuse = false});
+  const Tensor x = testing::random_tensor({1, 3, 6, 5}, 4);
+  const Tensor ref = Executor(plain).run({x})[0];
+  for (bool onednn : {true, false}) {
+    Executor ex(g, {.use_onednn = onednn});
+    EXPECT_LE(testing::scaled_max_error(ex.run({x})[0], ref), 1e-5) << "onednn " << onednn;
+  }
+  EXPECT_EQ(testing::check_random_regions(g, x, 20, 3), 20);
 }
 
 }  // namespace

@@ -29,8 +29,9 @@
 namespace tandem::cnn {
 
 enum class OpKind : uint8_t {
-  kConv,               // weight [O, C/groups, KH, KW], bias [O]; fused activation
-  kMaxPool,            // window
+  kConv,     // weight [O, C/groups, KH, KW], bias [O]; fused activation; an optional second input
+             // is a residual added before the activation: y = act(conv(x) + r)
+  kMaxPool,  // window
   kAveragePool,        // window, count_include_pad
   kGlobalAveragePool,  // [N, C, H, W] -> [N, C, 1, 1]
   kAdd,                // elementwise; second operand a tensor or a constant (weight)

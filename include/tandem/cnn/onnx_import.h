@@ -3,7 +3,8 @@
 // decodes initializers (typed fields, raw_data, and external data files beside the model), turns
 // each supported node into a typed cnn::Node, sorts nodes topologically, infers every shape and
 // then simplifies: BatchNormalization folded into the preceding Conv, x * Sigmoid(x) into SiLU,
-// and Relu/LeakyRelu/Clip/Sigmoid/SiLU fused into the Conv or Gemm before them.
+// Relu/LeakyRelu/Clip/Sigmoid/SiLU fused into the Conv or Gemm before them, and a residual
+// Add(conv(x), r) (+ its activation) fused into the conv as a second input.
 //
 // Supported ops: Conv (groups, dilation, asymmetric pads, auto_pad, non-square kernels),
 // BatchNormalization, Relu, LeakyRelu, Sigmoid, Clip, Mul, Add, MaxPool, AveragePool,
