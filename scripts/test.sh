@@ -10,6 +10,13 @@ scripts/setup.sh
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 # Generated-weight CNNs and their ONNX Runtime references for the cnn_models tests (skipped without them).
+# The generator and the independent runtime come from PyPI (development only, never at run time).
+if ! python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
+  pip_pkgs=(onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6)
+  python3 -m pip install --quiet "${pip_pkgs[@]}" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "${pip_pkgs[@]}" ||
+    echo "test.sh: could not pip install ${pip_pkgs[*]}" >&2
+fi
 if python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
   python3 scripts/cnn/gen_models.py --out "$build/cnn_models" --reference --skip-existing
 else
