@@ -30,6 +30,7 @@ struct RecServeOptions {
   std::string index_dist = "zipf";
   std::string size_dist = "fixed";
   std::string table_dtype;
+  std::string table_dir;
   int clients = 1;
   int streams = 4;
   int threads = 0;
@@ -61,14 +62,18 @@ int run_rec_serve(const RecServeOptions& o) {
   if (o.rows_scale > 0) {
     cfg.scale_rows(o.rows_scale);
     scale = o.rows_scale;
-  } else {
+  } else if (o.table_dir.empty()) {
     scale = cfg.fit_tables(static_cast<int64_t>(o.table_budget_mib * (1 << 20)));
   }
   if (o.query_size > 0) cfg.query_size = o.query_size;
   std::fprintf(stderr, "rec-serve: model %s (%s), tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
                cfg.name.c_str(), to_string(cfg.kind), cfg.table_bytes() / 1048576.0, scale,
                full_bytes / 1048576.0);
-  RecModel model = o.weights.empty() ? RecModel::generate(cfg) : RecModel::load(cfg, o.weights);
+  if (!o.table_dir.empty() && !o.weights.empty())
+    throw InvalidArgument("--table-dir and --weights exclude each other");
+  RecModel model = !o.weights.empty()     ? RecModel::load(cfg, o.weights)
+                   : !o.table_dir.empty() ? RecModel::generate_mapped(cfg, o.table_dir)
+                                          : RecModel::generate(cfg);
   if (!o.save_weights.empty()) model.save(o.save_weights);
   if (o.cache_rows > 0) model.set_cache_rows(o.cache_rows);
 
@@ -196,6 +201,9 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--table-dtype", o->table_dtype, "Table storage: f32, f16, i8")
       ->check(CLI::IsMember({"f32", "f16", "i8"}));
+  sub->add_option(
+      "--table-dir", o->table_dir,
+      "Keep the tables in .temb files here, mapped (full zoo sizes unless --rows-scale)");
   sub->add_option("--weights", o->weights, "Load weights from this safetensors file")
       ->check(CLI::ExistingFile);
   sub->add_option("--save-weights", o->save_weights, "Write the weights as safetensors");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "recsys/model_impl.h"
 #include "tandem/core/error.h"
@@ -115,6 +116,38 @@ RecModel RecModel::generate(const ModelConfig& cfg) {
   for (const auto& t : cfg.item_tables)
     impl->item_tables.push_back(EmbeddingTable::generate(t.name, t.rows, t.dim, cfg.table_dtype,
                                                          cfg.seed, table_scale(t.dim)));
+  if (cfg.kind == ModelKind::kWnd)
+    for (const auto& t : cfg.tables)
+      impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,
+                                                           cfg.seed, kWideTableScale));
+  return RecModel(std::move(impl));
+}
+
+RecModel RecModel::generate_mapped(const ModelConfig& cfg, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError(cat("cannot create table directory '", dir, "': ", ec.message()));
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  for (const auto& s : dense_weight_specs(cfg))
+    impl->weights[s.name] = generate_tensor(s.shape, cfg.seed, s.name, s.scale, s.offset);
+  auto mapped = [&](const TableConfig& t) {
+    const std::string path = cat(dir, "/", cfg.name, ".", t.name, ".", dtype_name(cfg.table_dtype),
+                                 ".s", cfg.seed, ".temb");
+    bool reuse = false;
+    try {
+      const EmbeddingTable m = EmbeddingTable::map_file(path, t.name);
+      reuse = m.rows() == t.rows && m.dim() == t.dim && m.dtype() == cfg.table_dtype;
+    } catch (const Error&) {
+      reuse = false;
+    }
+    if (!reuse)
+      EmbeddingTable::write_generated_file(path, t.name, t.rows, t.dim, cfg.table_dtype, cfg.seed,
+                                           table_scale(t.dim));
+    return EmbeddingTable::map_file(path, t.name);
+  };
+  for (const auto& t : cfg.tables) impl->tables.push_back(mapped(t));
+  for (const auto& t : cfg.item_tables) impl->item_tables.push_back(mapped(t));
   if (cfg.kind == ModelKind::kWnd)
     for (const auto& t : cfg.tables)
       impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,

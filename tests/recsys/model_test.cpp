@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "tandem/core/error.h"
@@ -104,6 +105,24 @@ TEST(RecModel, BadWeightFilesGiveClearErrors) {
   expect_parse(garbled, "not valid JSON");
   EXPECT_THROW(RecModel::load(cfg, "/nonexistent/w.safetensors"), IoError);
   std::remove(path.c_str());
+}
+
+TEST(RecModel, MappedTablesGiveTheSameScores) {
+  for (DType dt : {DType::kF32, DType::kI8}) {
+    ModelConfig cfg = zoo_config("tiny-din");
+    cfg.table_dtype = dt;
+    const std::string dir = temp_path("tables");
+    const RecModel a = RecModel::generate(cfg);
+    const RecModel b = RecModel::generate_mapped(cfg, dir);
+    const RecModel c = RecModel::generate_mapped(cfg, dir);  // reuses the files
+    EXPECT_TRUE(b.tables()[0].mapped());
+    EXPECT_TRUE(b.item_tables()[1].mapped());
+    QueryFactory f(cfg, WorkloadOptions{});
+    const QueryInputs q = f.make(0, 5);
+    EXPECT_EQ(a.forward(q), b.forward(q));
+    EXPECT_EQ(a.forward(q), c.forward(q));
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(RecModel, ValidateNamesTheBadInput) {

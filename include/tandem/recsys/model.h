@@ -84,6 +84,10 @@ class TANDEM_API RecModel {
  public:
   // Generated weights (seed = cfg.seed).
   static RecModel generate(const ModelConfig& cfg);
+  // Generated weights with the pooled and item tables on disk: each table is streamed to
+  // `dir`/<model>.<table>.<dtype>.temb (unless a file with the same rows, dim and dtype is there)
+  // and mapped read-only, so tables larger than memory work (pages are read on demand).
+  static RecModel generate_mapped(const ModelConfig& cfg, const std::string& dir);
   // Weights from a safetensors file written by save(); checks every tensor's presence, dtype and
   // shape against cfg (ParseError naming the file and tensor).
   static RecModel load(const ModelConfig& cfg, const std::string& path);
