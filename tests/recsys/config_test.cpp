@@ -63,6 +63,20 @@ TEST(RecConfig, ScaleRowsKeepsAtLeastOneRow) {
   EXPECT_THROW(c.scale_rows(0), InvalidArgument);
 }
 
+TEST(RecConfig, FitTablesScalesDownToTheBudget) {
+  ModelConfig c = zoo_config("wnd");
+  const int64_t budget = int64_t{256} << 20;
+  const double f = c.fit_tables(budget);
+  EXPECT_LT(f, 1.0);
+  EXPECT_LE(c.table_bytes(), budget * 1.001);
+  EXPECT_GT(c.table_bytes(), budget * 0.99);
+  ModelConfig t = zoo_config("tiny-dlrm");
+  const int64_t before = t.table_bytes();
+  EXPECT_EQ(t.fit_tables(budget), 1.0);
+  EXPECT_EQ(t.table_bytes(), before);
+  EXPECT_THROW(t.fit_tables(0), InvalidArgument);
+}
+
 TEST(RecConfig, RoundTripsThroughJson) {
   const ModelConfig a = zoo_config("tiny-din");
   const ModelConfig b = parse_model_config(a.to_json(), a.name);

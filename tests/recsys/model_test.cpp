@@ -125,6 +125,31 @@ TEST(RecModel, MappedTablesGiveTheSameScores) {
   }
 }
 
+TEST(RecModel, HotRowCachesKeepScoresAndCountHits) {
+  const ModelConfig cfg = zoo_config("tiny-dlrm");
+  RecModel m = RecModel::generate(cfg);
+  WorkloadOptions w;
+  w.index.dist = IndexDist::kZipf;
+  w.index.zipf_s = 1.2;
+  QueryFactory f(cfg, w);
+  std::vector<QueryInputs> qs;
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < 20; ++i) {
+    qs.push_back(f.make(uint64_t(i), 8));
+    want.push_back(m.forward(qs.back()));
+  }
+  m.set_cache_rows(8);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(m.forward(qs[i]), want[i]);
+  const auto stats = m.cache_stats();
+  ASSERT_EQ(stats.size(), cfg.tables.size());
+  for (const auto& s : stats) {
+    EXPECT_GT(s.hits + s.misses, 0);
+    EXPECT_GT(s.hit_rate(), 0.2);  // Zipf(1.2) over 20-50 rows with 8 cached rows
+  }
+  m.set_cache_rows(0);
+  EXPECT_TRUE(m.cache_stats().empty());
+}
+
 TEST(RecModel, ValidateNamesTheBadInput) {
   const ModelConfig cfg = zoo_config("tiny-dlrm");
   const RecModel m = RecModel::generate(cfg);
