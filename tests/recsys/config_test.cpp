@@ -99,6 +99,10 @@ TEST(RecConfig, RejectsBadConfigsNamingThePath) {
       error_of(j).find("dot interaction: table emb.0 has width 4 but the bottom MLP ends at 5"),
       std::string::npos);
   j = base_dlrm();
+  j["tables"][0]["dim"] = 1 << 30;
+  EXPECT_NE(error_of(j).find("models.m.tables[0].dim: at most 65536"), std::string::npos)
+      << error_of(j);
+  j = base_dlrm();
   j["colour"] = "red";
   EXPECT_NE(error_of(j).find("unknown key 'colour'"), std::string::npos);
   j = base_dlrm();
