@@ -5,7 +5,11 @@
 //
 //   tandem rec-serve --model rm2 --clients 16 --duration 5 --policy stream-pool -o json
 //   tandem rec-serve --model din --rate 50 --policy dynamic-batch --trace din.trace.json
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -31,6 +35,8 @@ struct RecServeOptions {
   std::string size_dist = "fixed";
   std::string table_dtype;
   std::string table_dir;
+  std::string size_quantiles;
+  double size_sd = 4;
   int clients = 1;
   int streams = 4;
   int threads = 0;
@@ -81,6 +87,23 @@ int run_rec_serve(const RecServeOptions& o) {
   w.index.dist = parse_index_dist(o.index_dist);
   w.index.zipf_s = o.zipf_s;
   w.size.dist = parse_size_dist(o.size_dist);
+  w.size.stddev = o.size_sd;
+  if (!o.size_quantiles.empty()) {
+    // One size per whitespace-separated token (MLPerf's dist_quantile.txt style).
+    std::ifstream f(o.size_quantiles);
+    if (!f) throw IoError(cat("cannot open '", o.size_quantiles, "'"));
+    std::string tok;
+    while (f >> tok) {
+      char* end = nullptr;
+      const double v = std::strtod(tok.c_str(), &end);
+      if (end == tok.c_str() || *end != '\0' || !(v >= 1) || v > double(int64_t{1} << 24))
+        throw ParseError(o.size_quantiles, -1, cat("bad query size '", tok, "'"));
+      w.size.quantiles.push_back(static_cast<int64_t>(std::llround(v)));
+    }
+    if (w.size.quantiles.empty()) throw ParseError(o.size_quantiles, 0, "no query sizes");
+    w.size.dist = SizeDist::kQuantiles;
+    w.size.max = *std::max_element(w.size.quantiles.begin(), w.size.quantiles.end());
+  }
   w.seed = o.seed;
   QueryFactory factory(cfg, w);
   std::vector<std::shared_ptr<const QueryInputs>> pool;
@@ -190,6 +213,11 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--size-dist", o->size_dist, "Query sizes: fixed, normal, lognormal, uniform")
       ->check(CLI::IsMember({"fixed", "normal", "lognormal", "uniform"}))
       ->capture_default_str();
+  sub->add_option("--size-sd", o->size_sd, "normal: sd of the size; lognormal: sd of its log")
+      ->capture_default_str();
+  sub->add_option("--size-quantiles", o->size_quantiles,
+                  "File of equally likely query sizes (e.g. MLPerf's 100-700 quantiles)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--index-dist", o->index_dist, "Embedding ids: uniform, zipf, stack")
       ->check(CLI::IsMember({"uniform", "zipf", "stack"}))
       ->capture_default_str();
