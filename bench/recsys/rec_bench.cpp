@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem recsys benchmark: latency-vs-load curves, lookup GB/s, MLP GFLOP/s"};
   std::string models = "rm2,wnd,din,bst", clients = "1,2,4,8,16,32,64";
   std::string policies = "fcfs,stream-pool,instances,dynamic-batch";
+  std::string rates;  // open-loop Poisson rates (queries/s); empty = closed loop only
   double duration = 1.0, warmup = 0.2, table_budget_mib = 256;
   int64_t query_size = 0, emb_table_mib = 512;
   int streams = 4;
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
   app.add_option("--models", models, "Zoo models")->capture_default_str();
   app.add_option("--clients", clients, "Client counts")->capture_default_str();
   app.add_option("--policies", policies, "Policies")->capture_default_str();
+  app.add_option("--rates", rates, "Also open loop at these Poisson rates (queries/s)");
   app.add_option("--duration", duration, "Seconds per point")->capture_default_str();
   app.add_option("--warmup", warmup, "Warm-up seconds per point")->capture_default_str();
   app.add_option("--streams", streams, "Streams / instances")->capture_default_str();
@@ -197,7 +199,11 @@ int main(int argc, char** argv) {
         std::vector<std::shared_ptr<const QueryInputs>> pool;
         for (int i = 0; i < 32; ++i) pool.push_back(std::make_shared<QueryInputs>(f.make(i)));
         for (const auto& pol : split_list<std::string>(policies)) {
-          for (int n : split_list<int>(clients)) {
+          // Closed-loop points (clients > 0), then open-loop points (rate_qps > 0).
+          std::vector<std::pair<int, double>> points;
+          for (int n : split_list<int>(clients)) points.emplace_back(n, 0.0);
+          for (double r : split_list<double>(rates)) points.emplace_back(0, r);
+          for (const auto& [n, rate] : points) {
             CpuExecutor ex;
             PolicyOptions po;
             po.policy = pol;
@@ -206,7 +212,8 @@ int main(int argc, char** argv) {
             po.max_queue_delay_us = 2000;
             auto policy = make_policy(model, ex, po);
             LoadOptions lo;
-            lo.clients = n;
+            lo.clients = std::max(n, 1);
+            lo.rate_qps = rate;
             lo.duration_s = duration;
             lo.warmup_s = warmup;
             const LoadStats s = run_load(*policy, pool, lo);
@@ -216,9 +223,11 @@ int main(int argc, char** argv) {
             r["rows_scale"] = scale;
             r["query_size"] = cfg.query_size;
             curves.push_back(r);
-            std::fprintf(stderr, "%s %s %2d clients: %.1f QPS, p50 %.1f ms, p99 %.1f ms\n",
-                         name.c_str(), pol.c_str(), n, s.throughput_qps, s.latency_ms.p50,
-                         s.latency_ms.p99);
+            std::fprintf(stderr, "%s %s %s: %.1f QPS, p50 %.1f ms, p99 %.1f ms\n", name.c_str(),
+                         pol.c_str(),
+                         rate > 0 ? ("open " + std::to_string(rate) + "/s").c_str()
+                                  : (std::to_string(n) + " clients").c_str(),
+                         s.throughput_qps, s.latency_ms.p50, s.latency_ms.p99);
           }
         }
       }
