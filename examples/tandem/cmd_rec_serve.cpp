@@ -156,8 +156,16 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"table_dtype", std::string(dtype_name(cfg.table_dtype))},
                           {"threads", cpu_num_threads()}}},
                         {"results", s.to_json()}};
-    if (!caches.empty()) j["results"]["cache_hit_rate"] = hit;
-    if (!o.trace.empty()) j["trace"] = o.trace;
+    if (!caches.empty()) {
+      j["results"]["cache_hit_rate"] = hit;
+      nlohmann::json per = nlohmann::json::object();
+      for (size_t t = 0; t < caches.size(); ++t) per[cfg.tables[t].name] = caches[t].hit_rate();
+      j["results"]["cache_hit_rate_per_table"] = per;
+    }
+    if (!o.trace.empty()) {
+      j["trace"] = o.trace;
+      j["results"]["mean_overlapping_ops"] = tracer.mean_overlap();
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return s.errors ? 1 : 0;
   }
@@ -175,8 +183,10 @@ int run_rec_serve(const RecServeOptions& o) {
               s.measured_s, static_cast<long long>(s.errors));
   if (!caches.empty()) std::printf(", hot-row cache hit rate %.1f%%", 100 * hit);
   if (!o.trace.empty())
-    std::printf("; trace: %s (%zu ops, open in chrome://tracing or ui.perfetto.dev)",
-                o.trace.c_str(), tracer.size());
+    std::printf(
+        "; trace: %s (%zu ops, %.2f running at once on average; open in "
+        "chrome://tracing or ui.perfetto.dev)",
+        o.trace.c_str(), tracer.size(), tracer.mean_overlap());
   std::printf("\n");
   return s.errors ? 1 : 0;
 }

@@ -70,6 +70,9 @@ class TANDEM_API Tracer {
            Clock::time_point begin, Clock::time_point end);
   size_t size() const;
   size_t dropped() const;
+  // Mean number of ops running at once over the traced span: the sum of op durations divided by
+  // (last end - first start); 0 without spans. The CPU counterpart of "overlapping kernels".
+  double mean_overlap() const;
   // {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur" (µs), "pid": 1, "tid" (worker),
   //   "args": {"query", "stream"}}], "displayTimeUnit": "ms"}
   nlohmann::json chrome_json() const;
