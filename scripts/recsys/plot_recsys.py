@@ -20,9 +20,9 @@ def nice_ticks(lo, hi, log):
     if log:
         a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
         return [10 ** e for e in range(a, b + 1)]
-    step = 10 ** math.floor(math.log10(max(hi - lo, 1e-9)))
-    for m in (1, 2, 5, 10):
-        if (hi - lo) / (step * m) <= 6:
+    step = 10 ** (math.floor(math.log10(max(hi - lo, 1e-9))) - 1)
+    for m in (1, 2, 5, 10, 20, 50, 100):
+        if (hi - lo) / (step * m) <= 7:
             step *= m
             break
     t, out = 0.0, []
