@@ -118,6 +118,7 @@ class TANDEM_API RecModel {
   const std::vector<EmbeddingTable>& tables() const;
   const std::vector<EmbeddingTable>& item_tables() const;
   // Attaches a hot-row cache of `rows_per_table` rows to every pooled table (0 removes them).
+  // Not thread-safe: call it while no query runs.
   void set_cache_rows(int64_t rows_per_table);
   std::vector<CacheStats> cache_stats() const;
   int64_t weight_bytes() const;
