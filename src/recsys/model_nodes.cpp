@@ -167,7 +167,8 @@ void RecModel::Impl::build_nodes() {
     n.run = [d](const QueryState& st, int) {
       const int64_t rows = rows_of(st);
       Tensor t = Tensor::empty({rows, d}, DType::kF32);
-      if (rows * d) std::memcpy(t.raw_data(), st.inputs->dense.data(), sizeof(float) * rows * d);
+      if (rows * d > 0)
+        std::memcpy(t.raw_data(), st.inputs->dense.data(), sizeof(float) * rows * d);
       return t;
     };
     return add(std::move(n));
