@@ -8,13 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
-targets=${*:-json_inputs gguf tokenizer}
+targets=${*:-json_inputs gguf tokenizer onnx_import}
 build=${BUILD_DIR:-build-fuzz}
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=OFF \
   -DTANDEM_FUZZ=ON -DTANDEM_SANITIZE=address,undefined -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_EXAMPLES=OFF \
   -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
 for target in $targets; do cmake --build "$build" -j "$(nproc)" --target "${target}_fuzz"; done
-declare -A seeds=([json_inputs]=json [gguf]=gguf [tokenizer]=tokenizer)
+declare -A seeds=([json_inputs]=json [gguf]=gguf [tokenizer]=tokenizer [onnx_import]=onnx)
 for target in $targets; do
   corpus=$build/corpus-$target
   mkdir -p "$corpus"

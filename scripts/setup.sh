@@ -10,6 +10,7 @@ packages=(
   libfmt-dev libspdlog-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev
+  libonnx-dev libprotobuf-dev
 )
 
 missing=()

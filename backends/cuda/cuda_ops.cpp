@@ -3,6 +3,8 @@
 // the caller's stream or synchronously. Arguments were validated by src/core/ops.cpp.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include <vector>
 
 #include "cuda_ops.h"
@@ -105,12 +107,20 @@ k::StridedView unit_view(const Tensor& t) {
   return v;
 }
 
+// GGUF K-quant blocks (Q4_K, Q6_K) have CPU kernels only so far.
+void no_k_quant(const Tensor& t, const char* op) {
+  if (dtype_is_k_quant(t.dtype()))
+    throw Unsupported(cat(op, " on ", t.device().to_string(), ": ", dtype_name(t.dtype()),
+                          " weights are supported on the CPU only"));
+}
+
 class CudaKernels final : public ops::OpKernels {
  public:
   explicit CudaKernels(CudaBackend& b) : b_(b) {}
 
   void gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
             Stream* s) override {
+    no_k_quant(b, "gemm");
     run_gemm(b_, a, b, c, p, s);
   }
   void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
@@ -175,6 +185,7 @@ class CudaKernels final : public ops::OpKernels {
   // [0, V)). On a caller's stream this waits for the work queued before the op; the kernel
   // additionally clamps ids, so memory is never read out of bounds.
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out, Stream* s) override {
+    no_k_quant(table, "embedding");
     OpScope sc(b_, out, s, "embedding");
     const int64_t tokens = ids.numel(), vocab = table.size(0), dim = table.size(1);
     if (tokens > 0) {
@@ -235,7 +246,73 @@ class CudaKernels final : public ops::OpKernels {
     sc.finish(std::move(keep));
   }
 
+  // The page table (device pointers, sizes, slot positions) and the query positions are packed
+  // into one host buffer and copied to the device in one transfer before the kernel.
+  void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                       const ops::PagedKv& kv, Tensor& out, float scale, Stream* s) override {
+    OpScope sc(b_, out, s, "paged_attention");
+    const int64_t hkv = static_cast<int64_t>(kv.heads.size());
+    int64_t n_pages = 0, n_slots = 0;
+    for (const auto& pages : kv.heads) {
+      n_pages += static_cast<int64_t>(pages.size());
+      for (const ops::KvPage& pg : pages) n_slots += pg.used;
+    }
+    const int64_t tq = q.size(0);
+    const int64_t off_begin = n_pages * static_cast<int64_t>(sizeof(k::PagedPage));
+    const int64_t off_qpos = off_begin + (hkv + 1) * 8;
+    const int64_t off_pos = off_qpos + ((tq * 4 + 7) / 8) * 8;
+    const int64_t total = off_pos + n_slots * 4;
+    Tensor host = Tensor::empty({total}, DType::kU8);
+    Tensor dev = sc.scratch({total}, DType::kU8);
+    auto* hb = static_cast<uint8_t*>(host.raw_data());
+    auto* db = static_cast<uint8_t*>(dev.raw_data());
+    auto* pages_h = reinterpret_cast<k::PagedPage*>(hb);
+    auto* begin_h = reinterpret_cast<int64_t*>(hb + off_begin);
+    auto* pos_h = reinterpret_cast<int32_t*>(hb + off_pos);
+    std::copy(q_positions.begin(), q_positions.end(), reinterpret_cast<int32_t*>(hb + off_qpos));
+    std::vector<Tensor> keep{q, out, host};
+    int64_t page = 0, slot = 0;
+    for (int64_t h = 0; h < hkv; ++h) {
+      begin_h[h] = page;
+      for (const ops::KvPage& pg : kv.heads[h]) {
+        k::PagedPage& d = pages_h[page++];
+        d.k = pg.k->raw_data();
+        d.v = pg.v->raw_data();
+        d.positions = reinterpret_cast<const int32_t*>(db + off_pos) + slot;
+        d.used = pg.used;
+        d.f16 = pg.k->dtype() == DType::kF16 ? 1 : 0;
+        std::copy(pg.positions, pg.positions + pg.used, pos_h + slot);
+        slot += pg.used;
+        keep.push_back(*pg.k);
+        keep.push_back(*pg.v);
+      }
+    }
+    begin_h[hkv] = page;
+    TANDEM_CUDA_CHECK(
+        cudaMemcpyAsync(db, hb, static_cast<size_t>(total), cudaMemcpyHostToDevice, sc.stream()));
+    k::PagedAttentionArgs a;
+    a.q = ptr<float>(q);
+    a.out = ptr<float>(out);
+    a.q_pos = reinterpret_cast<const int32_t*>(db + off_qpos);
+    a.pages = reinterpret_cast<const k::PagedPage*>(db);
+    a.head_begin = reinterpret_cast<const int64_t*>(db + off_begin);
+    a.tq = tq;
+    a.hq = q.size(1);
+    a.hkv = hkv;
+    a.d = q.size(2);
+    a.scale = scale;
+    int max_smem = 0;
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                             b_.ordinal(out.device().index)));
+    if (k::paged_attention_smem_bytes(a.d) > static_cast<size_t>(max_smem))
+      throw Unsupported(cat("paged_attention on ", out.device().to_string(), ": head dim ", a.d,
+                            " needs more shared memory than the device's ", max_smem, " bytes"));
+    TANDEM_CUDA_CHECK(k::paged_attention(a, sc.stream()));
+    sc.finish(std::move(keep));
+  }
+
   void convert(const Tensor& src, Tensor& dst, Stream* s) override {
+    no_k_quant(src, "convert");
     OpScope sc(b_, dst, s, "convert");
     const int64_t n = src.numel();
     if (n > 0) {

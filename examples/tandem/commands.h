@@ -51,6 +51,9 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 0;
   int prefill_chunk = 128;
+  std::string device = "cpu";  // cpu or cuda:N
+  int batch = 1;  // sequences generated together (copies of the prompt, seeds seed + i)
+  std::string kv_dtype = "f32";  // KV cache storage: f32 or f16
   bool no_progress = false;
 };
 

@@ -122,6 +122,17 @@ int main(int argc, char** argv) {
   generate->add_option("--prefill-chunk", go.prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  generate->add_option("-d,--device", go.device, "Device the model runs on: cpu or cuda:N")
+      ->capture_default_str();
+  generate
+      ->add_option("--batch", go.batch,
+                   "Generate this many sequences together (copies of the prompt, sampler "
+                   "seeds seed+i); reports the batch's throughput")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  generate->add_option("--kv-dtype", go.kv_dtype, "KV cache storage (f16 halves its bytes)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
   std::vector<tandem::cli::Command> registered;

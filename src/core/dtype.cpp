@@ -9,7 +9,7 @@ namespace tandem {
 
 namespace {
 constexpr std::array<std::string_view, kNumDTypes> kNames = {
-    "f32", "f16", "bf16", "i8", "u8", "u4", "i32", "i64", "q8_0", "q4_0", "q4_1"};
+    "f32", "f16", "bf16", "i8", "u8", "u4", "i32", "i64", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"};
 }
 
 int64_t dtype_row_bytes(DType t, int64_t n) {
@@ -30,7 +30,7 @@ DType parse_dtype(std::string_view name) {
     if (kNames[i] == name) return static_cast<DType>(i);
   throw InvalidArgument(cat("unknown dtype '", name,
                             "' (expected f32, f16, bf16, i8, u8, u4, i32, i64, q8_0, "
-                            "q4_0 or q4_1)"));
+                            "q4_0, q4_1, q4_k or q6_k)"));
 }
 
 }  // namespace tandem

@@ -44,7 +44,7 @@ void need_contig(const Tensor& t, const char* op, const char* name) {
 
 bool is_weight_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
-         t == DType::kQ4_0 || t == DType::kQ4_1;
+         t == DType::kQ4_0 || t == DType::kQ4_1 || dtype_is_k_quant(t);
 }
 
 }  // namespace
@@ -247,6 +247,49 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
   kernels_for(out).attention(q, k, v, out, resolved, p.prob_rows.empty() ? nullptr : probs, s);
 }
 
+void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, const PagedKv& kv,
+                     Tensor& out, float scale, Stream* s) {
+  const char* op = "paged_attention";
+  for (auto [t, n] : {std::pair{&q, "q"}, {&out, "out"}}) {
+    need_defined(*t, op, n);
+    need_f32(*t, op, n);
+    need_contig(*t, op, n);
+    TANDEM_NEED(t->rank() == 3, op, cat(n, " must be [T, H, D], got ", t->shape().to_string()));
+  }
+  same_device(op, out, {&q});
+  TANDEM_NEED(q.shape() == out.shape(), op,
+              cat("q ", q.shape().to_string(), " and out ", out.shape().to_string(), " differ"));
+  const int64_t tq = q.size(0), hq = q.size(1), d = q.size(2);
+  const auto hkv = static_cast<int64_t>(kv.heads.size());
+  TANDEM_NEED(static_cast<int64_t>(q_positions.size()) == tq, op,
+              cat(q_positions.size(), " query positions for ", tq, " queries"));
+  TANDEM_NEED(hkv > 0 && hq % hkv == 0, op,
+              cat("query heads ", hq, " not a multiple of kv heads ", hkv));
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (size_t i = 0; i < kv.heads[h].size(); ++i) {
+      const KvPage& pg = kv.heads[h][i];
+      const std::string where = cat("kv head ", h, " page ", i);
+      TANDEM_NEED(pg.k && pg.v && pg.k->defined() && pg.v->defined(), op,
+                  where + ": k or v is missing");
+      same_device(op, out, {pg.k, pg.v});
+      for (const Tensor* t : {pg.k, pg.v}) {
+        TANDEM_NEED(t->dtype() == DType::kF32 || t->dtype() == DType::kF16, op,
+                    cat(where, ": pages must be f32 or f16, got ", dtype_name(t->dtype())));
+        TANDEM_NEED(t->is_contiguous() && t->rank() == 2 && t->size(1) == d, op,
+                    cat(where, ": rows must be contiguous [capacity, ", d, "], got ",
+                        t->shape().to_string()));
+      }
+      TANDEM_NEED(pg.k->dtype() == pg.v->dtype() && pg.k->size(0) == pg.v->size(0), op,
+                  where + ": k and v pages differ in dtype or capacity");
+      TANDEM_NEED(pg.used >= 0 && pg.used <= pg.k->size(0), op,
+                  cat(where, ": ", pg.used, " used slots of ", pg.k->size(0)));
+      TANDEM_NEED(pg.used == 0 || pg.positions != nullptr, op, where + ": no positions");
+    }
+  }
+  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+  kernels_for(out).paged_attention(q, q_positions, kv, out, scale, s);
+}
+
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   const char* op = "conv2d";
   TANDEM_NEED(x.rank() == 4 && w.rank() == 4, op,
@@ -298,6 +341,11 @@ void convert(const Tensor& src, Tensor& dst, Stream* s) {
   need_contig(dst, op, "dst");
   TANDEM_NEED(src.dtype() == dst.dtype() || (!dtype_is_blocked(src.dtype()) || src.is_contiguous()),
               op, "a strided block-quantized source can only be copied, not converted");
+  if (dtype_is_k_quant(dst.dtype()) && src.dtype() != dst.dtype()) {
+    throw Unsupported(cat("convert: quantizing ", dtype_name(src.dtype()), " to ",
+                          dtype_name(dst.dtype()),
+                          " is not supported (K-quants are read-only weight formats)"));
+  }
   kernels_for(dst).convert(src, dst, s);
 }
 

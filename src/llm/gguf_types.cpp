@@ -49,6 +49,10 @@ DType dtype_from_ggml_type(uint32_t ggml_type) {
       return DType::kQ4_1;
     case 8:
       return DType::kQ8_0;
+    case 12:
+      return DType::kQ4_K;
+    case 14:
+      return DType::kQ6_K;
     case 24:
       return DType::kI8;
     case 26:
@@ -72,6 +76,10 @@ uint32_t ggml_type_from_dtype(DType dtype) {
       return 3;
     case DType::kQ8_0:
       return 8;
+    case DType::kQ4_K:
+      return 12;
+    case DType::kQ6_K:
+      return 14;
     case DType::kI8:
       return 24;
     case DType::kI32:

@@ -17,12 +17,27 @@ KvCache::KvCache(const KvCacheShape& shape, std::shared_ptr<KvPolicy> policy)
                               ", kv heads ", shape.n_kv_heads, ", head_dim ", shape.head_dim,
                               ", block_tokens ", shape.block_tokens, ")"));
   }
-  if (shape.device.type != DeviceType::kCpu) {
-    throw Unsupported("KvCache: only CPU caches are implemented (device " +
-                      shape.device.to_string() + ")");
+  if (shape.dtype != DType::kF32 && shape.dtype != DType::kF16) {
+    throw Unsupported(
+        cat("KvCache: blocks of dtype ", dtype_name(shape.dtype), " are unsupported (f32 or f16)"));
   }
   if (!policy_) policy_ = std::make_shared<FullCachePolicy>();
   heads_.resize(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads);
+}
+
+void KvCache::store_row(KvBlock& b, int64_t slot, const float* k, const float* v) const {
+  const int64_t d = shape_.head_dim;
+  if (b.dtype == DType::kF32) {
+    std::memcpy(b.k.data<float>() + slot * d, k, d * sizeof(float));
+    std::memcpy(b.v.data<float>() + slot * d, v, d * sizeof(float));
+    return;
+  }
+  auto* kh = static_cast<uint16_t*>(b.k.raw_data()) + slot * d;
+  auto* vh = static_cast<uint16_t*>(b.v.raw_data()) + slot * d;
+  for (int64_t i = 0; i < d; ++i) {
+    kh[i] = f32_to_f16(k[i]);
+    vh[i] = f32_to_f16(v[i]);
+  }
 }
 
 std::vector<KvBlock>& KvCache::head_blocks(int layer, int head) {
@@ -38,9 +53,9 @@ const std::vector<KvBlock>& KvCache::blocks(int layer, int head) const {
 }
 
 KvBlock KvCache::new_block(DType dtype) const {
-  if (dtype != DType::kF32) {
-    throw Unsupported(cat("KvCache: blocks of dtype ", dtype_name(dtype),
-                          " are unsupported (f32 blocks only so far)"));
+  if (dtype != DType::kF32 && dtype != DType::kF16) {
+    throw Unsupported(
+        cat("KvCache: blocks of dtype ", dtype_name(dtype), " are unsupported (f32 or f16)"));
   }
   KvBlock b;
   b.dtype = dtype;
@@ -56,12 +71,17 @@ void KvCache::append(int layer, const Tensor& k_rows, const Tensor& v_rows,
   const Shape want{t, shape_.n_kv_heads, shape_.head_dim};
   for (const Tensor* x : {&k_rows, &v_rows}) {
     if (x->shape() != want || x->dtype() != DType::kF32 || !x->is_contiguous() ||
-        x->device() != Device::cpu()) {
+        x->device() != shape_.device) {
       throw InvalidArgument(cat("KvCache::append(layer ", layer, "): rows ", x->to_string(),
-                                " must be contiguous f32 cpu ", want.to_string()));
+                                " must be contiguous f32 ", want.to_string(), " on ",
+                                shape_.device.to_string()));
     }
   }
   head_blocks(layer, 0);  // validates the layer
+  if (!shape_.device.is_cpu()) {
+    append_device(layer, k_rows, v_rows, positions);
+    return;
+  }
   const int64_t d = shape_.head_dim;
   const auto* k = k_rows.data<float>();
   const auto* v = v_rows.data<float>();
@@ -69,12 +89,11 @@ void KvCache::append(int layer, const Tensor& k_rows, const Tensor& v_rows,
     auto& list = head_blocks(layer, h);
     for (int64_t i = 0; i < t; ++i) {
       if (list.empty() || list.back().used == shape_.block_tokens) {
-        list.push_back(new_block(DType::kF32));
+        list.push_back(new_block(shape_.dtype));
       }
       KvBlock& b = list.back();
       const int64_t src = (i * shape_.n_kv_heads + h) * d;
-      std::memcpy(b.k.data<float>() + b.used * d, k + src, d * sizeof(float));
-      std::memcpy(b.v.data<float>() + b.used * d, v + src, d * sizeof(float));
+      store_row(b, b.used, k + src, v + src);
       b.positions.push_back(positions[i]);
       ++b.used;
     }
@@ -106,21 +125,26 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
               i, " is out of range or not ascending (head holds ", total, " tokens)"));
     }
   }
+  if (!shape_.device.is_cpu()) {
+    retain_device(layer, head, slots);
+    return;
+  }
   std::vector<KvBlock> kept;
-  const int64_t d = shape_.head_dim;
   size_t next = 0;
   int64_t base = 0;
   for (const KvBlock& b : list) {
-    const auto* bk = b.k.data<float>();
-    const auto* bv = b.v.data<float>();
+    // Rows are copied as stored (a kept slot keeps its block's dtype, bit for bit).
+    const int64_t row = dtype_row_bytes(b.dtype, shape_.head_dim);
+    const auto* bk = static_cast<const uint8_t*>(b.k.raw_data());
+    const auto* bv = static_cast<const uint8_t*>(b.v.raw_data());
     while (next < slots.size() && slots[next] < base + b.used) {
       const int64_t s = slots[next] - base;
-      if (kept.empty() || kept.back().used == shape_.block_tokens) {
+      if (kept.empty() || kept.back().used == shape_.block_tokens || kept.back().dtype != b.dtype) {
         kept.push_back(new_block(b.dtype));
       }
       KvBlock& o = kept.back();
-      std::memcpy(o.k.data<float>() + o.used * d, bk + s * d, d * sizeof(float));
-      std::memcpy(o.v.data<float>() + o.used * d, bv + s * d, d * sizeof(float));
+      std::memcpy(static_cast<uint8_t*>(o.k.raw_data()) + o.used * row, bk + s * row, row);
+      std::memcpy(static_cast<uint8_t*>(o.v.raw_data()) + o.used * row, bv + s * row, row);
       o.positions.push_back(b.positions[s]);
       ++o.used;
       ++next;

@@ -9,9 +9,11 @@
 #include <limits>
 #include <vector>
 
+#include "cache_attention_widen.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem::llm {
 
@@ -71,8 +73,43 @@ TANDEM_ATTN_CLONES float accumulate_block(const float* sc, int used, float m, co
 
 }  // namespace
 
+namespace {
+
+bool all_blocks_f32(const KvCache& cache, int layer) {
+  for (int h = 0; h < cache.shape().n_kv_heads; ++h) {
+    for (const KvBlock& b : cache.blocks(layer, h)) {
+      if (b.dtype != DType::kF32) return false;
+    }
+  }
+  return true;
+}
+
+// Caches on a GPU and blocks of other dtypes go through ops::paged_attention (the backend's
+// kernel reads the blocks in place).
+void paged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
+                           const KvCache& cache, int layer, Tensor& out, float scale) {
+  ops::PagedKv kv;
+  kv.heads.resize(static_cast<size_t>(cache.shape().n_kv_heads));
+  for (int h = 0; h < cache.shape().n_kv_heads; ++h) {
+    for (const KvBlock& b : cache.blocks(layer, h)) {
+      kv.heads[h].push_back(ops::KvPage{&b.k, &b.v, b.positions.data(), b.used});
+    }
+  }
+  ops::paged_attention(q, positions, kv, out, scale);
+}
+
+}  // namespace
+
 void cache_attention(const Tensor& q, std::span<const int32_t> positions, const KvCache& cache,
                      int layer, Tensor& out, float scale) {
+  if (!cache.shape().device.is_cpu()) {  // the GPU kernel reads the blocks in place
+    paged_cache_attention(q, positions, cache, layer, out, scale);
+    return;
+  }
+  if (cache.shape().dtype != DType::kF32) {  // f16 blocks: cache_attention_widen.cpp
+    cache_attention_widened(q, positions, cache, layer, out, scale);
+    return;
+  }
   const KvCacheShape& cs = cache.shape();
   if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
       q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||
@@ -87,6 +124,10 @@ void cache_attention(const Tensor& q, std::span<const int32_t> positions, const 
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim;
   const int64_t group = hq / cs.n_kv_heads;
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (!all_blocks_f32(cache, layer)) {
+    paged_cache_attention(q, positions, cache, layer, out, scale);
+    return;
+  }
   const float* qd = q.data<float>();
   float* od = out.data<float>();
   const int64_t hkv = cs.n_kv_heads;

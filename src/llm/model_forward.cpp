@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Model::forward: one chunk of tokens through the LLaMA decoder stack (see model.h).
+// Model::forward: one chunk of tokens through the LLaMA decoder stack (see model.h). gpt2 models
+// and llama models with scaled RoPE run through forward_batch (model_batch.cpp) as a batch of one.
 #include <algorithm>
 
 #include "tandem/core/error.h"
@@ -10,6 +11,10 @@ namespace tandem::llm {
 
 Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                       KvCache& cache, const ForwardOptions& options) const {
+  if (config_.kind != ModelArch::kLlama || !plain_rope_) {
+    const SequenceChunk one{tokens, positions, &cache};
+    return forward_batch(std::span(&one, 1), options).front();
+  }
   const ModelConfig& c = config_;
   const int64_t t = static_cast<int64_t>(tokens.size());
   if (t == 0 || positions.size() != tokens.size()) {
@@ -28,22 +33,35 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
       throw InvalidArgument(cat("Model::forward: negative position ", positions[i], " at ", i));
     }
   }
+  if (cs.device != device_) {
+    throw InvalidArgument(cat("Model::forward: cache on ", cs.device.to_string(), ", model on ",
+                              device_.to_string()));
+  }
   const int64_t d = c.d_model, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
                 kv_dim = int64_t{c.n_kv_heads} * hd;
+  const Device dev = device_;
+  for (int64_t i = 0; i < t; ++i) {  // checked here: a device embedding kernel cannot report them
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      throw InvalidArgument(cat("Model::forward: token id ", tokens[i], " at ", i,
+                                " outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
   Tensor ids =
-      Tensor::from_vector(std::vector<int32_t>(tokens.begin(), tokens.end()), {t}, DType::kI32);
+      Tensor::from_vector(std::vector<int32_t>(tokens.begin(), tokens.end()), {t}, DType::kI32)
+          .to(dev);
   Tensor pos = Tensor::from_vector(std::vector<int32_t>(positions.begin(), positions.end()), {t},
-                                   DType::kI32);
-  Tensor x = Tensor::empty({t, d}, DType::kF32);
-  ops::embedding(token_embd_, ids, x);  // InvalidArgument for ids outside the vocabulary
+                                   DType::kI32)
+                   .to(dev);
+  Tensor x = Tensor::empty({t, d}, DType::kF32, dev);
+  ops::embedding(token_embd_, ids, x);
 
-  Tensor h = Tensor::empty({t, d}, DType::kF32);
-  Tensor q = Tensor::empty({t, q_dim}, DType::kF32);
-  Tensor k = Tensor::empty({t, kv_dim}, DType::kF32);
-  Tensor v = Tensor::empty({t, kv_dim}, DType::kF32);
-  Tensor attn = Tensor::empty({t, q_dim}, DType::kF32);
-  Tensor gate = Tensor::empty({t, c.d_ff}, DType::kF32);
-  Tensor up = Tensor::empty({t, c.d_ff}, DType::kF32);
+  Tensor h = Tensor::empty({t, d}, DType::kF32, dev);
+  Tensor q = Tensor::empty({t, q_dim}, DType::kF32, dev);
+  Tensor k = Tensor::empty({t, kv_dim}, DType::kF32, dev);
+  Tensor v = Tensor::empty({t, kv_dim}, DType::kF32, dev);
+  Tensor attn = Tensor::empty({t, q_dim}, DType::kF32, dev);
+  Tensor gate = Tensor::empty({t, c.d_ff}, DType::kF32, dev);
+  Tensor up = Tensor::empty({t, c.d_ff}, DType::kF32, dev);
   Tensor q3 = q.reshape({t, int64_t{c.n_heads}, hd});
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
@@ -74,11 +92,11 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
 
   Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
   const int64_t rows = last.size(0);
-  Tensor normed = Tensor::empty({rows, d}, DType::kF32);
+  Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
   ops::rms_norm(last, output_norm_, normed, norm);
-  Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32);
+  Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
   ops::gemm(normed, output_, logits, tb);
-  return logits;
+  return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 
 }  // namespace tandem::llm

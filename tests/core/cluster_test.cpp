@@ -24,7 +24,7 @@ using nlohmann::json;
 }
 
 fs::path examples_dir() {
-  return fs::path(__FILE__).parent_path().parent_path().parent_path() / "examples" / "clusters";
+  return fs::path(TANDEM_SOURCE_DIR) / "examples" / "clusters";
 }
 
 // A fresh directory under the system temp dir, removed at the end of the test.

@@ -108,7 +108,7 @@ TEST(ChatTemplate, SmolLm2MatchesJinjaRendering) {
   EXPECT_EQ(chat.default_system(),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
 
-  std::ifstream in(std::filesystem::path(__FILE__).parent_path() / "data" /
+  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
                    "tokenizer_smollm2_reference.json");
   ASSERT_TRUE(in.good());
   const nlohmann::json ref = nlohmann::json::parse(in);

@@ -201,18 +201,18 @@ TEST(GgufReader, FloatValuesSurviveAndDequantize) {
 TEST(GgufReader, OtherGgmlTypesListButAreUnsupportedAsTensors) {
   TempDir dir;
   GgufWriter w;
-  w.add_tensor_raw("k", 12, {2, 256}, pattern_bytes(2 * 144, 1));  // Q4_K
-  w.add_tensor_raw("q6", 14, {256}, pattern_bytes(210, 2));        // Q6_K
+  w.add_tensor_raw("k", 13, {2, 256}, pattern_bytes(2 * 176, 1));  // Q5_K
+  w.add_tensor_raw("q2", 10, {256}, pattern_bytes(84, 2));         // Q2_K
   w.write(dir.file("k.gguf"));
   GgufFile f(dir.file("k.gguf"));
   ASSERT_EQ(f.tensors().size(), 2u);
-  EXPECT_EQ(f.tensors()[0].nbytes, 288u);
-  EXPECT_EQ(ggml_type_name(f.tensors()[1].ggml_type), "Q6_K");
+  EXPECT_EQ(f.tensors()[0].nbytes, 352u);
+  EXPECT_EQ(ggml_type_name(f.tensors()[1].ggml_type), "Q2_K");
   try {
     f.tensor("k");
-    FAIL() << "Q4_K tensor did not throw";
+    FAIL() << "Q5_K tensor did not throw";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q5_K"), std::string::npos) << e.what();
   }
 }
 
@@ -294,7 +294,9 @@ TEST(GgufTypes, NumberingMatchesGgml) {
   EXPECT_EQ(dtype_from_ggml_type(24), DType::kI8);
   EXPECT_EQ(dtype_from_ggml_type(26), DType::kI32);
   EXPECT_EQ(dtype_from_ggml_type(30), DType::kBF16);
-  EXPECT_THROW(dtype_from_ggml_type(12), Unsupported);
+  EXPECT_EQ(dtype_from_ggml_type(12), DType::kQ4_K);
+  EXPECT_EQ(dtype_from_ggml_type(14), DType::kQ6_K);
+  EXPECT_THROW(dtype_from_ggml_type(13), Unsupported);
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kI8, DType::kI32}) {
     EXPECT_EQ(dtype_from_ggml_type(ggml_type_from_dtype(d)), d);
@@ -321,7 +323,7 @@ namespace {
 // tests/llm/gguf_python_check.py regenerates it and checks the reverse direction.
 TEST(GgufReader, ReadsFilesFromThePythonWriter) {
   const auto path =
-      std::filesystem::path(__FILE__).parent_path() / "../fuzz/corpus/gguf/python_writer.gguf";
+      (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "../fuzz/corpus/gguf/python_writer.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path.string();
   GgufFile f(path.string());
   EXPECT_EQ(f.get_string("general.architecture"), "llama");

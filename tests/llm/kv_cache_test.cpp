@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // KvCache: block layout, positions, retain (eviction frees memory), byte accounting, and the cache
-// attention kernel against the CPU reference attention op.
+// attention kernel against the CPU reference attention op; f16 blocks (rows rounded to half,
+// half the bytes by the allocator, attention over them against the reference on the rounded rows
+// and against f32 blocks, a model forward with an f16 cache).
 #include "tandem/llm/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+
+#include <filesystem>
 
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
@@ -177,6 +181,113 @@ TEST(CacheAttention, AttendsToRetainedSlotsOnly) {
   ops::cpu_reference_kernels().attention(q, kk, vk, want, p, nullptr, nullptr);
   const auto a = out.to_float_vector(), b = want.to_float_vector();
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << "at " << i;
+}
+
+// ---- f16 blocks ----------------------------------------------------------------------------
+
+// x rounded to f16 and back (what an f16 block stores).
+Tensor rounded_to_f16(const Tensor& x) {
+  std::vector<float> v = x.to_float_vector();
+  for (float& e : v) e = f16_to_f32(f32_to_f16(e));
+  return Tensor::from_vector(v, x.shape(), DType::kF32);
+}
+
+TEST(KvCacheF16, RowsAreRoundedAndBytesHalve) {
+  KvCacheShape s16 = small_shape();
+  s16.dtype = DType::kF16;
+  Tensor k = random_tensor({6, 3, 8}, 21), v = random_tensor({6, 3, 8}, 22);
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5};
+  const int64_t before = memory_stats(Device::cpu()).current_bytes;
+  int64_t f32_bytes = 0;
+  {
+    KvCache c32(small_shape());
+    c32.append(0, k, v, pos);
+    f32_bytes = memory_stats(Device::cpu()).current_bytes - before;
+    EXPECT_EQ(f32_bytes, c32.bytes());
+  }
+  KvCache c16(s16);
+  c16.append(0, k, v, pos);
+  const int64_t f16_bytes = memory_stats(Device::cpu()).current_bytes - before;
+  EXPECT_EQ(f16_bytes, c16.bytes());
+  EXPECT_EQ(2 * f16_bytes, f32_bytes);  // measured by the allocator
+  EXPECT_EQ(c16.block_bytes(), 2 * 4 * 8 * 2);
+  const auto& blocks = c16.blocks(0, 1);
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].dtype, DType::kF16);
+  EXPECT_EQ(blocks[0].k.dtype(), DType::kF16);
+  // Slot 5 of head 1 holds row 5, head 1, rounded to half.
+  const auto* kh = static_cast<const uint16_t*>(blocks[1].k.raw_data());
+  const auto* vh = static_cast<const uint16_t*>(blocks[1].v.raw_data());
+  const float* kin = k.data<float>() + (5 * 3 + 1) * 8;
+  const float* vin = v.data<float>() + (5 * 3 + 1) * 8;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(kh[8 + i], f32_to_f16(kin[i]));
+    EXPECT_EQ(vh[8 + i], f32_to_f16(vin[i]));
+  }
+  // retain keeps the half rows bit for bit and frees the dropped block.
+  const std::vector<int64_t> keep = {1, 5};
+  c16.retain(0, 1, keep);
+  ASSERT_EQ(c16.blocks(0, 1).size(), 1u);
+  EXPECT_EQ(c16.blocks(0, 1)[0].dtype, DType::kF16);
+  EXPECT_EQ(static_cast<const uint16_t*>(c16.blocks(0, 1)[0].k.raw_data())[8], kh[8]);
+  EXPECT_EQ(memory_stats(Device::cpu()).current_bytes - before, c16.bytes());
+  KvCacheShape bad = small_shape();
+  bad.dtype = DType::kQ8_0;
+  EXPECT_THROW(KvCache{bad}, Unsupported);
+}
+
+TEST(KvCacheF16, AttentionMatchesReferenceOnRoundedRowsAndF32Blocks) {
+  const int64_t hq = 6, hkv = 2, d = 16, prefix = 7, t = 5;
+  KvCacheShape s;
+  s.n_layers = 1;
+  s.n_kv_heads = hkv;
+  s.head_dim = d;
+  s.block_tokens = 4;
+  KvCacheShape s16 = s;
+  s16.dtype = DType::kF16;
+  KvCache c32(s), c16(s16);
+  Tensor k = random_tensor({prefix + t, hkv, d}, 31), v = random_tensor({prefix + t, hkv, d}, 32);
+  std::vector<int32_t> pos(prefix + t);
+  std::iota(pos.begin(), pos.end(), 0);
+  c32.append(0, k, v, pos);
+  c16.append(0, k, v, pos);
+  Tensor q = random_tensor({t, hq, d}, 33);
+  const std::span<const int32_t> qpos = std::span<const int32_t>(pos).subspan(prefix);
+  Tensor o32 = Tensor::empty({t, hq, d}, DType::kF32), o16 = Tensor::empty({t, hq, d}, DType::kF32);
+  cache_attention(q, qpos, c32, 0, o32);
+  cache_attention(q, qpos, c16, 0, o16);
+  // The f16 kernel is exact attention over the rounded rows...
+  Tensor want = Tensor::empty({t, hq, d}, DType::kF32);
+  ops::AttentionParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.causal = true;
+  p.q_offset = prefix;
+  ops::cpu_reference_kernels().attention(q, rounded_to_f16(k), rounded_to_f16(v), want, p, nullptr,
+                                         nullptr);
+  const auto a = o16.to_float_vector(), b = want.to_float_vector(), c = o32.to_float_vector();
+  float vs_f32 = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], 1e-5) << "at " << i;
+    vs_f32 = std::max(vs_f32, std::abs(a[i] - c[i]));
+  }
+  // ...and within half precision of attention over f32 blocks.
+  EXPECT_LE(vs_f32, 5e-3f);
+  EXPECT_GT(vs_f32, 0.0f);  // the rows really were rounded
+}
+
+TEST(KvCacheF16, ModelForwardWithF16CacheStaysClose) {
+  const Model m = Model::load(
+      ((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" / "gpt2_tiny.gguf").string());
+  std::vector<int32_t> ids(20), pos(20);
+  for (int i = 0; i < 20; ++i) ids[i] = (7 * i + 3) % 64, pos[i] = i;
+  KvCache c32 = m.make_cache(), c16 = m.make_cache(nullptr, 8, DType::kF16);
+  const auto a = m.forward(ids, pos, c32).to_float_vector();
+  const auto b = m.forward(ids, pos, c16).to_float_vector();
+  float worst = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  EXPECT_LE(worst, 2e-2f);
+  EXPECT_EQ(c16.blocks(0, 0).front().dtype, DType::kF16);
+  EXPECT_EQ(c16.tokens(1, 0), 20);
 }
 
 }  // namespace

@@ -1,20 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // Model and generate(): config parsing and its errors, chunked prefill and decode consistency and
-// cache accounting on a tiny generated-weight llama GGUF (2 layers, d 64, GQA, quantized weights),
-// and the real SmolLM2-135M-Instruct against an independent numpy reference
-// (tests/llm/data/smollm2_greedy_reference.json, made by scripts/ref/llama_reference.py).
+// cache accounting on a tiny generated-weight llama GGUF (2 layers, d 64, GQA, quantized weights);
+// RoPE scaling (linear, YaRN, llama3 rope_freqs) against scripts/ref/rope_scaling_reference.py on
+// a tiny f32 llama rebuilt from tiny_weights.h; and the real SmolLM2-135M-Instruct against an
+// independent numpy reference (tests/llm/data/smollm2_greedy_reference.json, made by
+// scripts/ref/llama_reference.py).
 #include "tandem/llm/model.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "llm/gguf_test_util.h"
+#include "llm/tiny_weights.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/generate.h"
@@ -162,12 +167,21 @@ TEST(ModelConfig, MissingKeysAndUnsupportedArchitecturesAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("llama.block_count"), std::string::npos) << e.what();
   }
   GgufWriter g;
-  g.set_string("general.architecture", "gpt2");
-  g.write(dir.file("gpt2.gguf"));
-  EXPECT_THROW(Model::load(dir.file("gpt2.gguf")), Unsupported);
-  const std::string scaled = write_tiny(
-      dir, false, [](GgufWriter& x) { x.set_string("llama.rope.scaling.type", "yarn"); });
-  EXPECT_THROW(Model::load(scaled), Unsupported);
+  g.set_string("general.architecture", "mamba");
+  g.write(dir.file("mamba.gguf"));
+  EXPECT_THROW(Model::load(dir.file("mamba.gguf")), Unsupported);
+  try {
+    Model::load(write_tiny(
+        dir, false, [](GgufWriter& x) { x.set_string("llama.rope.scaling.type", "dynamic"); }));
+    FAIL() << "an unknown RoPE scaling type was accepted";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("none, linear, yarn"), std::string::npos) << e.what();
+  }
+  const std::string bad_factor = write_tiny(dir, false, [](GgufWriter& x) {
+    x.set_string("llama.rope.scaling.type", "linear");
+    x.set_float("llama.rope.scaling.factor", -2.0);
+  });
+  EXPECT_THROW(Model::load(bad_factor), ParseError);
 }
 
 TEST(ModelForward, ChunkedPrefillEqualsOneShot) {
@@ -352,6 +366,156 @@ TEST(Generate, PolicyHooksRunAndEvictionFreesMemory) {
   EXPECT_EQ(memory_stats(Device::cpu()).current_bytes - before, cache.bytes());
 }
 
+// ---- RoPE scaling against scripts/ref/rope_scaling_reference.py ------------------------------
+
+nlohmann::json rope_reference() {
+  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
+                   "rope_scaling_reference.json");
+  if (!in.good()) throw NotFound("missing tests/llm/data/rope_scaling_reference.json");
+  return nlohmann::json::parse(in);
+}
+
+// The reference's tiny llama (f32 weights from tiny_weights.h) with one variant's metadata.
+std::string write_rope_llama(const TempDir& dir, const nlohmann::json& ref,
+                             const nlohmann::json& variant) {
+  using testing::tiny_tensor;
+  const auto& c = ref.at("config");
+  const int64_t vocab = c.at("vocab"), d = c.at("dim"), heads = c.at("heads"),
+                kv = c.at("kv_heads"), ff = c.at("ff"), layers = c.at("layers");
+  const int64_t hd = d / heads;
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_int("llama.block_count", layers, GgufType::kU32);
+  w.set_int("llama.embedding_length", d, GgufType::kU32);
+  w.set_int("llama.feed_forward_length", ff, GgufType::kU32);
+  w.set_int("llama.attention.head_count", heads, GgufType::kU32);
+  w.set_int("llama.attention.head_count_kv", kv, GgufType::kU32);
+  w.set_int("llama.context_length", c.at("context").get<int64_t>(), GgufType::kU32);
+  w.set_float("llama.attention.layer_norm_rms_epsilon", c.at("eps").get<double>());
+  w.set_float("llama.rope.freq_base", c.at("theta").get<double>());
+  for (const auto& [key, value] : variant.at("metadata").items()) {
+    if (value.is_string()) {
+      w.set_string(key, value.get<std::string>());
+    } else if (value.is_number_integer()) {
+      w.set_int(key, value.get<int64_t>(), GgufType::kU32);
+    } else {
+      w.set_float(key, value.get<double>());
+    }
+  }
+  w.add_tensor("token_embd.weight", tiny_tensor("token_embd.weight", {vocab, d}, 0.5f));
+  w.add_tensor("output_norm.weight", tiny_tensor("output_norm.weight", {d}, 0.2f, 1.0f));
+  w.add_tensor("output.weight", tiny_tensor("output.weight", {vocab, d}, 0.3f));
+  if (variant.value("rope_freqs", false)) {
+    w.add_tensor("rope_freqs.weight", tiny_tensor("rope_freqs.weight", {hd / 2}, 3.0f, 4.0f));
+  }
+  const std::vector<std::tuple<std::string, Shape, float>> mats = {
+      {"attn_q", {heads * hd, d}, 0.3f}, {"attn_k", {kv * hd, d}, 0.3f},
+      {"attn_v", {kv * hd, d}, 0.3f},    {"attn_output", {d, d}, 0.2f},
+      {"ffn_gate", {ff, d}, 0.3f},       {"ffn_up", {ff, d}, 0.3f},
+      {"ffn_down", {d, ff}, 0.15f}};
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    w.add_tensor(p + "attn_norm.weight", tiny_tensor(p + "attn_norm.weight", {d}, 0.2f, 1.0f));
+    w.add_tensor(p + "ffn_norm.weight", tiny_tensor(p + "ffn_norm.weight", {d}, 0.2f, 1.0f));
+    for (const auto& [name, shape, scale] : mats) {
+      w.add_tensor(p + name + ".weight", tiny_tensor(p + name + ".weight", shape, scale));
+    }
+  }
+  const std::string path = dir.file(variant.at("name").get<std::string>() + ".gguf");
+  w.write(path);
+  return path;
+}
+
+TEST(RopeScaling, ConfigReadsTheScalingKeys) {
+  const nlohmann::json ref = rope_reference();
+  TempDir dir;
+  for (const auto& v : ref.at("variants")) {
+    if (v.at("name") != "yarn_custom") continue;
+    Model m = Model::load(write_rope_llama(dir, ref, v));
+    const RopeScaling& s = m.config().rope_scaling;
+    EXPECT_EQ(s.type, RopeScalingType::kYarn);
+    EXPECT_FLOAT_EQ(s.factor, 8.0f);
+    EXPECT_EQ(s.orig_context, 2048);
+    EXPECT_FLOAT_EQ(s.ext_factor, 1.0f);
+    EXPECT_FLOAT_EQ(s.beta_fast, 16.0f);
+    EXPECT_FLOAT_EQ(s.beta_slow, 2.0f);
+    EXPECT_FLOAT_EQ(s.attn_factor, 0.8f);
+  }
+  // The older rope.scale_linear key alone means linear scaling.
+  Model old = Model::load(
+      write_tiny(dir, false, [](GgufWriter& w) { w.set_float("llama.rope.scale_linear", 2.0); }));
+  EXPECT_EQ(old.config().rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_FLOAT_EQ(old.config().rope_scaling.factor, 2.0f);
+  EXPECT_DOUBLE_EQ(old.rope_frequencies()[1], std::pow(10000.0, -2.0 / 16) / 2.0);
+}
+
+TEST(RopeScaling, FrequenciesAndLogitsMatchNumpy) {
+  const nlohmann::json ref = rope_reference();
+  const auto ids = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto pos = ref.at("positions").get<std::vector<int32_t>>();
+  const int64_t vocab = ref.at("config").at("vocab");
+  ASSERT_EQ(ids, testing::tiny_tokens(static_cast<int64_t>(ids.size()), vocab));
+  TempDir dir;
+  std::vector<std::vector<float>> all;
+  for (const auto& v : ref.at("variants")) {
+    SCOPED_TRACE(v.at("name").get<std::string>());
+    Model m = Model::load(write_rope_llama(dir, ref, v));
+    const auto want_f = v.at("frequencies").get<std::vector<double>>();
+    ASSERT_EQ(m.rope_frequencies().size(), want_f.size());
+    for (size_t i = 0; i < want_f.size(); ++i) {
+      EXPECT_NEAR(m.rope_frequencies()[i], want_f[i], 1e-12 + 1e-9 * want_f[i]) << "pair " << i;
+    }
+    EXPECT_NEAR(m.rope_magnitude(), v.at("magnitude").get<double>(), 1e-6);
+    std::vector<float> want;
+    for (const auto& row : v.at("logits")) {
+      for (double x : row) want.push_back(static_cast<float>(x));
+    }
+    KvCache cache = m.make_cache();
+    const auto got = m.forward(ids, pos, cache).to_float_vector();
+    expect_close(got, want, 2e-3f);
+    // Prefill then decode one token at a time gives the same last row.
+    KvCache steps = m.make_cache(nullptr, 4);
+    const size_t n = ids.size();
+    m.forward(std::span(ids).first(n - 3), std::span(pos).first(n - 3), steps);
+    std::vector<float> last;
+    for (size_t i = n - 3; i < n; ++i) {
+      last = m.forward(std::span(ids).subspan(i, 1), std::span(pos).subspan(i, 1), steps)
+                 .to_float_vector();
+    }
+    expect_close(last, std::vector<float>(got.end() - vocab, got.end()), 1e-4f);
+    all.push_back(got);
+  }
+  // Every scaling changes the model's output (the test would not notice a no-op otherwise).
+  for (size_t i = 1; i < all.size(); ++i) {
+    float delta = 0.0f;
+    for (size_t j = 0; j < all[0].size(); ++j) {
+      delta = std::max(delta, std::abs(all[i][j] - all[0][j]));
+    }
+    EXPECT_GT(delta, 1e-2f) << "variant " << i;
+  }
+}
+
+TEST(RopeScaling, BadRopeFreqsAreClearErrors) {
+  TempDir dir;
+  // rope_freqs.weight must hold rope_dim / 2 positive f32 factors.
+  const std::string wrong_len = write_tiny(dir, false, [](GgufWriter& w) {
+    w.add_tensor("rope_freqs.weight",
+                 Tensor::from_vector(std::vector<float>(3, 1.0f), {3}, DType::kF32));
+  });
+  try {
+    Model::load(wrong_len);
+    FAIL() << "a rope_freqs tensor of the wrong length was accepted";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_freqs.weight"), std::string::npos) << e.what();
+  }
+  const std::string negative = write_tiny(dir, false, [](GgufWriter& w) {
+    std::vector<float> f(kDim / kHeads / 2, 1.0f);
+    f[2] = -1.0f;
+    w.add_tensor("rope_freqs.weight", Tensor::from_vector(f, {kDim / kHeads / 2}, DType::kF32));
+  });
+  EXPECT_THROW(Model::load(negative), ParseError);
+}
+
 // ---- the real model -------------------------------------------------------------------------
 
 std::string real_model(std::string* why) {
@@ -367,7 +531,7 @@ TEST(ModelReal, SmolLM2GreedyMatchesNumpyReference) {
   std::string why;
   const std::string path = real_model(&why);
   if (path.empty()) GTEST_SKIP() << "SmolLM2 model unavailable: " << why;
-  std::ifstream in(std::filesystem::path(__FILE__).parent_path() / "data" /
+  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
                    "smollm2_greedy_reference.json");
   ASSERT_TRUE(in.good()) << "missing tests/llm/data/smollm2_greedy_reference.json";
   const nlohmann::json ref = nlohmann::json::parse(in);

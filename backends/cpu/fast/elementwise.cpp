@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../reference/reference.h"
+#include "dequant_k.h"
 #include "fast_ops.h"
 #include "isa.h"
 #include "parallel.h"
@@ -147,8 +148,13 @@ void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
   float* o = out.data<float>();
   const IsaKernels& k = isa();
   for_row_chunks(t, d, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      k.dequantize_row(table.dtype(), base + id[r] * rb, o + r * d, d);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (dtype_is_k_quant(table.dtype())) {
+        dequantize_row_k(table.dtype(), base + id[r] * rb, o + r * d, d);
+      } else {
+        k.dequantize_row(table.dtype(), base + id[r] * rb, o + r * d, d);
+      }
+    }
   });
 }
 

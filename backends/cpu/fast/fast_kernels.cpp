@@ -51,6 +51,12 @@ class FastKernels final : public ops::OpKernels {
               const ops::Conv2dParams& p, Stream* s) override {
     run_on(s, [=] { fast::conv2d(x, w, bias, y, p); });
   }
+  // The page table is only valid during the call: waits for the stream, then runs synchronously.
+  void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                       const ops::PagedKv& kv, Tensor& out, float scale, Stream* s) override {
+    if (s) s->synchronize();
+    fast::paged_attention(q, q_positions, kv, out, scale);
+  }
   void convert(const Tensor& src, Tensor& dst, Stream* s) override {
     run_on(s, [=] { fast::convert(src, dst); });
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "tandem/core/tensor.h"
+#include "tandem/ops/ops.h"
 #include "tandem/ops/params.h"
 
 namespace tandem::cpu::fast {
@@ -26,5 +27,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
             const ops::Conv2dParams& p);
 void convert(const Tensor& src, const Tensor& dst);
+
+// scale resolved; pages on the CPU. Synchronous.
+void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, const ops::PagedKv& kv,
+                     const Tensor& out, float scale);
 
 }  // namespace tandem::cpu::fast

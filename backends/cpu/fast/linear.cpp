@@ -5,13 +5,15 @@
 //   for all M rows. f32 weights take it for M <= kGemvF32MaxM (below the fixed per-call cost of a
 //   library GEMM), weights of f16/bf16/q8_0/q4_0/q4_1 for M <= kGemvMaxM.
 //   Other f32 products: the f32 provider (gemm_f32.h).
-//   Other weight dtypes (prefill): each thread dequantizes a tile of W rows into its own f32
+//   Other weight dtypes (prefill, and every M for the K-quants Q4_K/Q6_K, which have no fused
+//   GEMV): each thread dequantizes a tile of W rows into its own f32
 //   scratch sized to stay in L2 (kTileBytes), then runs a single-threaded f32 GEMM of all of A
 //   against that tile.
 // Thread counts follow parallel_threads() (parallel.h): small products stay on the calling thread.
 #include <algorithm>
 #include <vector>
 
+#include "dequant_k.h"
 #include "fast_ops.h"
 #include "gemm_f32.h"
 #include "isa.h"
@@ -55,7 +57,7 @@ void gemv_path(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const floa
 void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
                   const uint8_t* w, float beta, float* c, int threads) {
   const int64_t rb = dtype_row_bytes(wt, k);
-  if (m <= kGemvMaxM) {
+  if (m <= kGemvMaxM && !dtype_is_k_quant(wt)) {
     gemv_path(ta, m, n, k, alpha, a, wt, w, rb, beta, c, threads);
     return;
   }
@@ -68,8 +70,13 @@ void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const f
     std::vector<float>& wf = scratch[th];
     if (wf.empty()) wf.resize(static_cast<size_t>(tile * k));
     const int64_t n0 = ti * tile, nt = std::min(tile, n - n0);
-    for (int64_t r = 0; r < nt; ++r)
-      isa_k.dequantize_row(wt, w + (n0 + r) * rb, wf.data() + r * k, k);
+    for (int64_t r = 0; r < nt; ++r) {
+      if (dtype_is_k_quant(wt)) {
+        dequantize_row_k(wt, w + (n0 + r) * rb, wf.data() + r * k, k);
+      } else {
+        isa_k.dequantize_row(wt, w + (n0 + r) * rb, wf.data() + r * k, k);
+      }
+    }
     // With one tile per thread the GEMM may use the threads left over.
     sgemm(ta, true, m, nt, k, alpha, a, ta ? m : k, wf.data(), k, beta, c + n0, n,
           tiles < t ? t : 1);

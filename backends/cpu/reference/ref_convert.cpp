@@ -179,6 +179,27 @@ double load_value(DType t, const void* row, int64_t i) {
                  nibble(blk + 4, static_cast<int>(i % kQuantBlock)) +
              static_cast<double>(half_at(blk + 2));
     }
+    case DType::kQ4_K: {  // sub-block j = e / 32 of 8; 6-bit scale and min; 4-bit q
+      const uint8_t* blk = bytes(row) + (i / kKQuantBlock) * 144;
+      const int e = static_cast<int>(i % kKQuantBlock), j = e / 32;
+      const uint8_t* sc = blk + 4;
+      const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+      const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      const uint8_t byte = blk[16 + 32 * (e / 64) + e % 32];
+      const int q = (e % 64) < 32 ? byte & 15 : byte >> 4;
+      return static_cast<double>(half_at(blk)) * scale * q -
+             static_cast<double>(half_at(blk + 2)) * min;
+    }
+    case DType::kQ6_K: {  // halves of 128: quarter r / 32 picks the nibble and the qh bit pair
+      const uint8_t* blk = bytes(row) + (i / kKQuantBlock) * 210;
+      const int e = static_cast<int>(i % kKQuantBlock), h = e / 128, r = e % 128;
+      const int quarter = r / 32, l = r % 32;
+      const uint8_t lo = blk[64 * h + l + (quarter % 2) * 32];
+      const int low = quarter < 2 ? lo & 15 : lo >> 4;
+      const int high = (blk[128 + 32 * h + l] >> (2 * quarter)) & 3;
+      const auto scale = static_cast<int8_t>(blk[192 + e / 16]);
+      return static_cast<double>(half_at(blk + 208)) * scale * ((low | (high << 4)) - 32);
+    }
     default:
       return static_cast<double>(load_integer(t, row, i));
   }

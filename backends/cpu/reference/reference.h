@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "tandem/core/tensor.h"
+#include "tandem/ops/ops.h"
 #include "tandem/ops/params.h"
 
 namespace tandem::cpu::ref {
@@ -47,6 +48,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
 void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
             const ops::Conv2dParams& p);
 void convert(const Tensor& src, const Tensor& dst);
+// scale resolved; pages on the CPU.
+void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, const ops::PagedKv& kv,
+                     Tensor& out, float scale);
 
 // Throws InvalidArgument naming the first id outside [0, rows).
 void check_ids(const Tensor& ids, int64_t rows, const char* op);

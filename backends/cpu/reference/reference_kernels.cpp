@@ -68,6 +68,11 @@ class ReferenceKernels final : public ops::OpKernels {
     sync(s);
     ref::convert(src, dst);
   }
+  void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                       const ops::PagedKv& kv, Tensor& out, float scale, Stream* s) override {
+    sync(s);
+    ref::paged_attention(q, q_positions, kv, out, scale);
+  }
 };
 
 }  // namespace

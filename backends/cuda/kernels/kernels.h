@@ -105,4 +105,26 @@ cudaError_t convert(DType src_t, const void* src, const StridedView& view, DType
 cudaError_t gather_units(const void* src, const StridedView& view, int64_t unit_bytes, void* dst,
                          int64_t n, cudaStream_t s);
 
+// ------------------------------------------------------------------- paged attention
+// (paged_attention.cu) One page of the paged KV store, as the kernel reads it (all pointers on the
+// device).
+struct PagedPage {
+  const void* k = nullptr;  // [capacity, d] f32 or f16
+  const void* v = nullptr;
+  const int32_t* positions = nullptr;  // [used]
+  int32_t used = 0;
+  int32_t f16 = 0;  // 1: k and v are f16
+};
+struct PagedAttentionArgs {
+  const float* q = nullptr;             // [tq, hq, d]
+  float* out = nullptr;                 // [tq, hq, d]
+  const int32_t* q_pos = nullptr;       // [tq]
+  const PagedPage* pages = nullptr;     // pages of KV head h: [head_begin[h], head_begin[h + 1])
+  const int64_t* head_begin = nullptr;  // [hkv + 1]
+  int64_t tq = 0, hq = 0, hkv = 0, d = 0;
+  float scale = 1.0f;
+};
+size_t paged_attention_smem_bytes(int64_t d);
+cudaError_t paged_attention(const PagedAttentionArgs& a, cudaStream_t s);
+
 }  // namespace tandem::cuda::k

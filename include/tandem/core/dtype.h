@@ -9,6 +9,13 @@
 //   bytes, GGUF Q4_0) kQ4_1  blocks of 32: f16 scale d, f16 min m, 16 bytes;       x = d * q + m
 //   (20 bytes, GGUF Q4_1)
 // In Q4 blocks element i (< 16) is the low nibble of byte i and element i + 16 the high nibble.
+// K-quants (GGUF Q4_K, Q6_K) use super-blocks of 256 elements:
+//   kQ4_K  f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of 32, 128 bytes
+//          of nibbles; x = d * scale_j * q - dmin * min_j                              (144 bytes)
+//   kQ6_K  128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 int8 sub-block scales (16
+//          elements each), f16 d; x = d * scale_j * (q - 32)                          (210 bytes)
+// They are weight formats only (read from GGUF files, dequantized on the fly): converting to them
+// is Unsupported.
 // Tensors of block types keep their last dimension contiguous and a multiple of the block size.
 //
 //   float h = tandem::f16_to_f32(tandem::f32_to_f16(1.5f));   // 1.5
@@ -25,10 +32,25 @@
 
 namespace tandem {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI8, kU8, kU4, kI32, kI64, kQ8_0, kQ4_0, kQ4_1 };
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kI8,
+  kU8,
+  kU4,
+  kI32,
+  kI64,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ4_K,
+  kQ6_K
+};
 
-inline constexpr int kNumDTypes = 11;
-inline constexpr int kQuantBlock = 32;  // elements per Q8_0 / Q4_0 / Q4_1 block
+inline constexpr int kNumDTypes = 13;
+inline constexpr int kQuantBlock = 32;    // elements per Q8_0 / Q4_0 / Q4_1 block
+inline constexpr int kKQuantBlock = 256;  // elements per Q4_K / Q6_K super-block
 
 // Elements per storage unit: 1 for plain types, 2 for kU4, 32 for the GGUF block types.
 constexpr int64_t dtype_block_size(DType t) {
@@ -39,6 +61,9 @@ constexpr int64_t dtype_block_size(DType t) {
     case DType::kQ4_0:
     case DType::kQ4_1:
       return kQuantBlock;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return kKQuantBlock;
     default:
       return 1;
   }
@@ -69,6 +94,10 @@ constexpr int64_t dtype_block_bytes(DType t) {
       return 18;
     case DType::kQ4_1:
       return 20;
+    case DType::kQ4_K:
+      return 144;
+    case DType::kQ6_K:
+      return 210;
   }
   return 0;
 }
@@ -78,13 +107,16 @@ constexpr bool dtype_is_float(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
 }
 constexpr bool dtype_is_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kU4;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kU4 ||
+         t == DType::kQ4_K || t == DType::kQ6_K;
 }
+constexpr bool dtype_is_k_quant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
 
 // Bytes of n consecutive elements; throws InvalidArgument if n is not a multiple of the block size.
 TANDEM_API int64_t dtype_row_bytes(DType t, int64_t n);
 TANDEM_API std::string_view dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "i8", "u8", "u4", "i32", "i64", "q8_0", "q4_0", "q4_1"; throws
+// Parses "f32", "f16", "bf16", "i8", "u8", "u4", "i32", "i64", "q8_0", "q4_0", "q4_1", "q4_k",
+// "q6_k"; throws
 // InvalidArgument.
 TANDEM_API DType parse_dtype(std::string_view name);
 

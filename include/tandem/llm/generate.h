@@ -13,7 +13,20 @@
 //   auto r = tandem::llm::generate(model, cache, prompt_ids, o);
 //   r.stats.decode_tokens_per_s;
 //
-// Timing is wall-clock (steady_clock): TTFT = prefill plus the first sampling.
+// generate_batch() serves several sequences at once (continuous batching over forward_batch()):
+// every step stacks one prefill chunk of each sequence still reading its prompt and the pending
+// token of each decoding one, so the weight GEMMs run once per step for all of them; each sequence
+// has its own cache, sampler (seeded by its options), stop ids, callback and length, and drops out
+// of the batch when it stops. Its tokens equal those of generate() on that sequence alone (up to
+// float rounding in near-ties).
+//
+//   std::vector<tandem::llm::BatchRequest> reqs(2);
+//   reqs[0] = {.cache = &cache_a, .prompt = ids_a, .options = o};
+//   reqs[1] = {.cache = &cache_b, .prompt = ids_b, .options = o};
+//   auto results = tandem::llm::generate_batch(model, reqs);   // one GenerateResult each
+//
+// Timing is wall-clock (steady_clock): TTFT = prefill plus the first sampling (for a batch, from
+// the start of the batch).
 #pragma once
 
 #include <cstdint>
@@ -58,5 +71,26 @@ struct GenerateResult {
 TANDEM_API GenerateResult generate(const Model& model, KvCache& cache,
                                    std::span<const int32_t> prompt,
                                    const GenerateOptions& options = {});
+
+// One sequence of a batched generation.
+struct BatchRequest {
+  KvCache* cache = nullptr;     // its own cache (empty, or holding an earlier turn)
+  std::vector<int32_t> prompt;  // continues from cache->next_position()
+  GenerateOptions options;      // per sequence: length, chunk, sampler and seed, stops, callback
+};
+
+struct BatchStats {
+  int64_t steps = 0;             // forward_batch calls
+  int64_t prompt_tokens = 0;     // over all sequences
+  int64_t generated_tokens = 0;  // over all sequences
+  double wall_s = 0.0;
+  double tokens_per_s = 0.0;  // generated tokens / wall time (the batch's decode throughput)
+};
+
+// Generates for every request (see above); results in request order. InvalidArgument as
+// generate() (naming the request), for a null cache or one shared by two requests.
+TANDEM_API std::vector<GenerateResult> generate_batch(const Model& model,
+                                                      std::span<BatchRequest> requests,
+                                                      BatchStats* stats = nullptr);
 
 }  // namespace tandem::llm

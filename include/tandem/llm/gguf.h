@@ -17,11 +17,11 @@
 // field and byte offset ("x.gguf at byte 24: metadata key 3: string length 18446744073709551615
 // exceeds the file"), never a crash or a huge allocation. Tensor shapes are reported
 // outermost-first (tandem order: a GGUF weight with dims {K, N} becomes Shape{N, K}). Types other
-// than F32, F16, BF16, Q8_0, Q4_0, Q4_1, I8, I32 raise Unsupported when the tensor is requested
-// (not when the file is opened); unknown type ids are a ParseError at open (their size cannot be
-// known). A missing file raises NotFound, other I/O IoError. Tensors whose data is not naturally
-// aligned (files with general.alignment < 4) are copied, not viewed. Thread-safety: a GgufFile is
-// immutable after construction; tensors keep the mapping alive.
+// than F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, I8, I32 raise Unsupported when the tensor is
+// requested (not when the file is opened); unknown type ids are a ParseError at open (their size
+// cannot be known). A missing file raises NotFound, other I/O IoError. Tensors whose data is not
+// naturally aligned (files with general.alignment < 4) are copied, not viewed. Thread-safety: a
+// GgufFile is immutable after construction; tensors keep the mapping alive.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,9 @@
 //
 // Layout: cache[layer][kv_head] is a list of KvBlocks. A block holds up to block_tokens token
 // slots: K rows [block_tokens, head_dim] and V rows [block_tokens, head_dim] in the block's dtype
-// (f32 today; the dtype field lets f16 or quantized blocks sit beside f32 ones later), plus the
+// (f32, or f16 when KvCacheShape::dtype asks for it: half the bytes, rows rounded to nearest even
+// on append and widened to f32 by the attention; the per-block dtype lets quantized blocks sit
+// beside them later), plus the
 // token position of every slot (keys are stored after RoPE, so a slot keeps the position it was
 // rotated with and causal masking compares positions, not slot indices). Blocks are Tensors from
 // the device allocator: memory_stats(device) counts the cache's bytes, and a block that is
@@ -49,6 +51,7 @@ struct KvCacheShape {
   int head_dim = 0;
   int block_tokens = 32;  // token slots per block
   Device device = Device::cpu();
+  DType dtype = DType::kF32;  // storage of new blocks: kF32 or kF16
 };
 
 class KvCache;
@@ -72,7 +75,8 @@ class TANDEM_API FullCachePolicy : public KvPolicy {
 
 class TANDEM_API KvCache {
  public:
-  // InvalidArgument for non-positive sizes. The policy defaults to FullCachePolicy.
+  // InvalidArgument for non-positive sizes, Unsupported for a dtype other than f32/f16. The
+  // policy defaults to FullCachePolicy.
   explicit KvCache(const KvCacheShape& shape, std::shared_ptr<KvPolicy> policy = nullptr);
   KvCache(KvCache&&) noexcept = default;
   KvCache& operator=(KvCache&&) noexcept = default;
@@ -80,8 +84,9 @@ class TANDEM_API KvCache {
   const KvCacheShape& shape() const { return shape_; }
   KvPolicy& policy() const { return *policy_; }
 
-  // Appends T tokens to `layer`: k_rows and v_rows f32 [T, n_kv_heads, head_dim] (contiguous),
-  // positions of length T. Every head of the layer gets the T slots.
+  // Appends T tokens to `layer`: k_rows and v_rows f32 [T, n_kv_heads, head_dim] (contiguous, on
+  // the cache's device), positions of length T. Every head of the layer gets the T slots
+  // (converted to the cache's dtype).
   void append(int layer, const Tensor& k_rows, const Tensor& v_rows,
               std::span<const int32_t> positions);
 
@@ -104,12 +109,20 @@ class TANDEM_API KvCache {
 
   // Bytes of all allocated blocks (K, V; what the allocator charged for them).
   int64_t bytes() const;
-  // Bytes of one block of the given dtype.
-  int64_t block_bytes(DType dtype = DType::kF32) const;
+  // Bytes of one block of the given dtype (the cache's dtype when omitted).
+  int64_t block_bytes() const { return block_bytes(shape_.dtype); }
+  int64_t block_bytes(DType dtype) const;
 
  private:
   std::vector<KvBlock>& head_blocks(int layer, int head);
   KvBlock new_block(DType dtype) const;
+  // Caches on a GPU: rows move with device copies (ops::convert of strided views), one per run of
+  // slots, instead of memcpy (kv_cache_device.cpp).
+  void append_device(int layer, const Tensor& k_rows, const Tensor& v_rows,
+                     std::span<const int32_t> positions);
+  void retain_device(int layer, int head, std::span<const int64_t> slots);
+  // Writes one K and one V row (f32) into slot `slot` of b, converting to b's dtype.
+  void store_row(KvBlock& b, int64_t slot, const float* k, const float* v) const;
 
   KvCacheShape shape_;
   std::shared_ptr<KvPolicy> policy_;

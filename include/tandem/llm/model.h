@@ -1,23 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
-// Model: a LLaMA-architecture decoder (LLaMA 1-3, Mistral, TinyLlama, SmolLM2) run from a GGUF
-// file, weights used in place (zero-copy views of the mapped file; quantized matrices are
-// dequantized on the fly inside the GEMM).
+// Model: a decoder-only transformer run from a GGUF file, weights used in place (zero-copy views
+// of the mapped file; quantized matrices are dequantized on the fly inside the GEMM). Two
+// architectures, picked by general.architecture:
 //
-// Forward of a chunk of T tokens at positions p (a prefill chunk, or T = 1 for a decode step):
+// llama (LLaMA 1-3, Mistral, TinyLlama, SmolLM2). Forward of a chunk of T tokens at positions p:
 //   x = embed(tokens)
 //   per layer: h = rms_norm(x) ; q,k,v = h Wq^T, h Wk^T, h Wv^T ; rope(q), rope(k) (interleaved
 //              pairs: GGUF stores llama's Q/K rows permuted for llama.cpp's LLAMA_ROPE_TYPE_NORM) ;
 //              append k, v to the KvCache ; a = attention(q over the cached keys, causal by
 //              position, GQA) ; x += a Wo^T ; h = rms_norm(x) ; x += (silu(h Wg^T) * h Wu^T) Wd^T
 //   logits = rms_norm(x) Wout^T   (Wout = token_embd when the file has no output.weight)
+// RoPE scaling as llama.cpp reads it from {arch}.rope.scaling.*: linear (frequencies / factor),
+// YaRN (per-pair blend of interpolated and original frequencies over the ramp between the
+// beta_fast and beta_slow correction dims, cos/sin scaled by attn_factor * (1 + 0.1 ln factor)),
+// and llama3-style per-pair frequency divisors from a rope_freqs.weight tensor.
+//
+// gpt2 (the GPT-2/GPT-3 family): x = embed(tokens) + position_embd(p) ; per layer:
+//   h = layer_norm(x) ; qkv = h Wqkv^T + b (fused, rows Q | K | V) ; attention as above, no RoPE ;
+//   x += a Wo^T + bo ; h = layer_norm(x) ; x += gelu_tanh(h Wu^T + bu) Wd^T + bd
+//   logits = layer_norm(x) Wout^T   (tied to token_embd when output.weight is absent)
 //
 //   auto model = tandem::llm::Model::load("SmolLM2-135M-Instruct.Q4_1.gguf");
 //   auto cache = model.make_cache();
 //   std::vector<int32_t> ids = {1, 2, 3}, pos = {0, 1, 2};
 //   tandem::Tensor logits = model.forward(ids, pos, cache);   // f32 [3, vocab]
 //
-// Departures: RoPE scaling (linear, YaRN) is unsupported so far: files that ask for it raise
-// Unsupported. Thread-safety: forward() only reads the model; one KvCache per concurrent sequence.
+// Several sequences run together with forward_batch(): their rows are stacked so every weight
+// GEMM runs once over all of them, attention runs per sequence over its own KvCache.
+//
+// Thread-safety: forward() only reads the model; one KvCache per concurrent sequence.
 #pragma once
 
 #include <cstdint>
@@ -34,36 +45,68 @@ namespace tandem::llm {
 
 class GgufFile;
 
+enum class ModelArch : uint8_t { kLlama, kGpt2 };
+
+enum class RopeScalingType : uint8_t { kNone, kLinear, kYarn };
+
+// RoPE context extension ({arch}.rope.scaling.* keys, llama.cpp's meaning and defaults).
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 1.0f;       // rope.scaling.factor (or 1/rope.scale_linear): frequencies / it
+  int64_t orig_context = 0;  // rope.scaling.original_context_length (= context_length)
+  float ext_factor = 0.0f;   // rope.scaling.yarn_ext_factor (1 for yarn when absent)
+  float attn_factor = 1.0f;  // rope.scaling.attn_factor * rope.scaling.yarn_attn_factor
+  float beta_fast = 32.0f;   // rope.scaling.yarn_beta_fast
+  float beta_slow = 1.0f;    // rope.scaling.yarn_beta_slow
+};
+
 // Hyper-parameters from the GGUF metadata ({arch}.* keys).
 struct ModelConfig {
-  std::string arch;             // general.architecture ("llama")
-  std::string name;             // general.name (may be empty)
-  int n_layers = 0;             // {arch}.block_count
-  int d_model = 0;              // {arch}.embedding_length
-  int d_ff = 0;                 // {arch}.feed_forward_length
-  int n_heads = 0;              // {arch}.attention.head_count
-  int n_kv_heads = 0;           // {arch}.attention.head_count_kv (= n_heads when absent)
-  int head_dim = 0;             // d_model / n_heads
-  int rope_dim = 0;             // {arch}.rope.dimension_count (= head_dim when absent)
-  int64_t vocab_size = 0;       // token_embd rows, else the tokenizer.ggml.tokens length
-  int64_t context_length = 0;   // {arch}.context_length
-  float rms_eps = 1e-5f;        // {arch}.attention.layer_norm_rms_epsilon
-  float rope_theta = 10000.0f;  // {arch}.rope.freq_base (10000 when absent)
+  std::string arch;                    // general.architecture ("llama" or "gpt2")
+  ModelArch kind = ModelArch::kLlama;  // arch as an enum
+  std::string name;                    // general.name (may be empty)
+  int n_layers = 0;                    // {arch}.block_count
+  int d_model = 0;                     // {arch}.embedding_length
+  int d_ff = 0;                        // {arch}.feed_forward_length
+  int n_heads = 0;                     // {arch}.attention.head_count
+  int n_kv_heads = 0;                  // {arch}.attention.head_count_kv (= n_heads when absent)
+  int head_dim = 0;                    // d_model / n_heads
+  int rope_dim = 0;                    // {arch}.rope.dimension_count (= head_dim; 0 for gpt2)
+  int64_t vocab_size = 0;              // token_embd rows, else the tokenizer.ggml.tokens length
+  int64_t context_length = 0;          // {arch}.context_length
+  float rms_eps = 1e-5f;               // {arch}.attention.layer_norm_rms_epsilon (llama)
+  float layer_norm_eps = 1e-5f;        // {arch}.attention.layer_norm_epsilon (gpt2)
+  float rope_theta = 10000.0f;         // {arch}.rope.freq_base (10000 when absent)
+  RopeScaling rope_scaling;            // llama only
 
   // NotFound naming the key when a required key is missing; Unsupported for architectures other
-  // than llama (and RoPE scaling); ParseError for inconsistent values.
+  // than llama and gpt2 (the message lists them) and unknown RoPE scaling types; ParseError for
+  // inconsistent values.
   static ModelConfig from_gguf(const GgufFile& file);
 };
 
 struct LayerWeights {
   Tensor attn_norm;             // f32 [d_model]
-  Tensor wq, wk, wv, wo;        // [n_heads*head_dim, d], [n_kv*head_dim, d] x2, [d, n_heads*hd]
+  Tensor wq, wk, wv, wo;        // llama: [n_heads*head_dim, d], [n_kv*head_dim, d] x2; both: wo
+                                // [d, n_heads*hd]
   Tensor ffn_norm;              // f32 [d_model]
-  Tensor w_gate, w_up, w_down;  // [d_ff, d], [d_ff, d], [d, d_ff]
+  Tensor w_gate, w_up, w_down;  // [d_ff, d] (llama only), [d_ff, d], [d, d_ff]
+  // gpt2 only (undefined for llama): LayerNorm biases, the fused QKV projection and its bias, and
+  // the biases of the other projections (all f32).
+  Tensor attn_norm_b, ffn_norm_b;  // [d_model]
+  Tensor wqkv, bqkv;               // [(n_heads + 2 n_kv) head_dim, d], [(n_heads + 2 n_kv) hd]
+  Tensor bo, b_up, b_down;         // [d_model], [d_ff], [d_model]
 };
 
 struct ForwardOptions {
   bool last_only = false;  // logits only for the last token: [1, vocab]
+};
+
+// One sequence's part of a batched forward: its tokens, their positions and its own cache.
+struct SequenceChunk {
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> positions;
+  KvCache* cache = nullptr;
 };
 
 class TANDEM_API Model {
@@ -78,26 +121,66 @@ class TANDEM_API Model {
   const Tensor& token_embd() const { return token_embd_; }
   const Tensor& output_norm() const { return output_norm_; }
   const Tensor& output() const { return output_; }
+  const Tensor& output_norm_bias() const { return output_norm_b_; }  // gpt2
+  const Tensor& position_embd() const { return position_embd_; }     // gpt2 [ctx, d]
   bool output_tied() const { return output_tied_; }
+  // RoPE rotation frequency of each pair (radians per position, after scaling and rope_freqs)
+  // and the cos/sin magnitude (YaRN); empty / 1 for gpt2.
+  const std::vector<double>& rope_frequencies() const { return rope_freqs_; }
+  double rope_magnitude() const { return rope_mscale_; }
   // Bytes of all weights (as stored).
   int64_t weight_bytes() const;
 
-  // An empty cache shaped for this model.
-  KvCache make_cache(std::shared_ptr<KvPolicy> policy = nullptr, int block_tokens = 32) const;
+  // Where the weights live and forward() computes (the CPU for a loaded model).
+  Device device() const { return device_; }
+  // A copy of this model with every weight copied to `device` (e.g. Device::cuda(0)), in its
+  // stored dtype; the GGUF file stays shared. Its caches (make_cache) live on that device too.
+  // NotFound / Unsupported when the device does not exist.
+  Model to(Device device) const;
+
+  // An empty cache shaped for this model, on the model's device; kv_dtype kF16 halves its bytes.
+  KvCache make_cache(std::shared_ptr<KvPolicy> policy = nullptr, int block_tokens = 32,
+                     DType kv_dtype = DType::kF32) const;
 
   // Runs T tokens at the given positions (each larger than every position already in the cache
   // for causal use), appending their K/V to `cache`. Returns f32 logits [T, vocab] (or [1, vocab]
-  // with last_only). InvalidArgument for bad ids, mismatched lengths or a cache of another shape.
+  // with last_only), on the CPU whatever the model's device. InvalidArgument for bad ids,
+  // mismatched lengths or a cache of another shape or device.
   Tensor forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                  KvCache& cache, const ForwardOptions& options = {}) const;
+
+  // Runs several sequences in one pass: rows of all chunks are stacked for the norms and weight
+  // GEMMs; each chunk appends to and attends over its own cache. Returns one logits tensor per
+  // chunk ([T_i, vocab], or [1, vocab] with last_only), equal to what forward() gives for that
+  // chunk alone up to float rounding. Chunks may differ in length and position; each needs a
+  // distinct cache. InvalidArgument as forward() (naming the chunk), or for a repeated cache.
+  std::vector<Tensor> forward_batch(std::span<const SequenceChunk> chunks,
+                                    const ForwardOptions& options = {}) const;
 
  private:
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;
   Tensor token_embd_, output_norm_, output_;
+  Tensor output_norm_b_, position_embd_;  // gpt2
   bool output_tied_ = false;
+  bool plain_rope_ = true;  // llama without scaling or rope_freqs: ops::rope suffices
+  std::vector<double> rope_freqs_;
+  double rope_mscale_ = 1.0;
   std::vector<LayerWeights> layers_;
+  Device device_ = Device::cpu();
 };
+
+// RoPE pair frequencies for a config: theta^(-2i/rope_dim) / freq_factors[i], then linear or YaRN
+// scaling as llama.cpp's ggml_rope_ext computes them; `freq_factors` is empty or rope_dim/2 long.
+// The second function gives the magnitude YaRN applies to cos and sin (1 otherwise).
+TANDEM_API std::vector<double> rope_pair_frequencies(const ModelConfig& config,
+                                                     std::span<const float> freq_factors = {});
+TANDEM_API double rope_pair_magnitude(const ModelConfig& config);
+
+// Rotates the leading rotary_dim dims of every head of x f32 [T, H, D] (contiguous, in place) by
+// positions[t] * freqs[i] for interleaved pair i, scaling cos/sin by `magnitude`.
+TANDEM_API void rope_with_frequencies(Tensor& x, std::span<const int32_t> positions,
+                                      std::span<const double> freqs, double magnitude);
 
 // Attention of T queries over the cached keys of one layer: q f32 [T, n_heads, head_dim], query
 // positions [T]; out f32 [T, n_heads, head_dim]. Query head h reads KV head h / (n_heads /

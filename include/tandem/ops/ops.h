@@ -15,6 +15,10 @@
 // alive by the queued work).
 #pragma once
 
+#include <cstdint>
+#include <span>
+#include <vector>
+
 #include "tandem/core/stream.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
@@ -71,6 +75,26 @@ TANDEM_API void embedding(const Tensor& table, const Tensor& ids, Tensor& out, S
 TANDEM_API void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                           const AttentionParams& p = {}, Tensor* probs = nullptr,
                           Stream* s = nullptr);
+// One page of a paged, ragged KV store (the LLM engine's KvCache block): K and V rows of `used`
+// token slots (k, v: [capacity, D], f32 or f16, contiguous, on the device of the call) and the
+// token position of each slot (host memory, `used` entries; keys were rotated with them).
+struct KvPage {
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  const int32_t* positions = nullptr;
+  int32_t used = 0;
+};
+// The pages of every KV head, in order; heads may hold different token sets (eviction).
+struct PagedKv {
+  std::vector<std::vector<KvPage>> heads;
+};
+// Attention of T queries over a paged KV store without gathering it: q f32 [T, Hq, D];
+// q_positions (host, T entries); out f32 [T, Hq, D]. Query head h reads KV head h / (Hq / Hkv)
+// and sees the slots whose position <= its own. scale 0 means 1/sqrt(D). A query that sees no slot
+// gets zeros. InvalidArgument for mismatched shapes, dtypes, devices or page sizes.
+TANDEM_API void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                                const PagedKv& kv, Tensor& out, float scale = 0.0f,
+                                Stream* s = nullptr);
 // 2-D convolution, NCHW f32. x: [N, C, H, W]; w: [Cout, C/groups, KH, KW]; bias: [Cout] or
 // undefined.
 TANDEM_API void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
@@ -107,6 +131,10 @@ class TANDEM_API OpKernels {
                          const AttentionParams& p, Tensor* probs, Stream* s) = 0;
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                       const Conv2dParams& p, Stream* s) = 0;
+  // scale arrives resolved (never 0). The page table and q_positions are only valid during the
+  // call: a kernel that runs asynchronously copies what it needs first.
+  virtual void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                               const PagedKv& kv, Tensor& out, float scale, Stream* s) = 0;
   virtual void convert(const Tensor& src, Tensor& dst, Stream* s) = 0;
 };
 

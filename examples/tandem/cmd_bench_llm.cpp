@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tandem bench-llm`: prefill and decode speed of a GGUF model, measured the way llama-bench
+// measures pp/tg so the two compare as ratios (bench/llm/compare_llamacpp.py runs both):
+//   prefill  --prompt-tokens random token ids run from an empty cache in forward passes of
+//            --batch tokens (only the last row's logits), tokens / wall time     (llama-bench pp)
+//   decode   --gen single-token forward passes from an empty cache, each feeding back the greedy
+//            choice of the previous one, tokens / wall time                      (llama-bench tg)
+//   TTFT     prefill of the prompt plus choosing the first token
+// Each is repeated -r times after one warm-up run; mean and stddev are reported. Also: KV-cache
+// bytes after prompt + gen tokens, the allocator's peak bytes during the runs, weight bytes, and
+// decode's share of the memory-bandwidth bound: bytes a decode step must read (every weight
+// matrix once, one embedding row, the KV cache at the mean decode length) times decode tokens/s,
+// divided by a STREAM-triad bandwidth measured on the same threads.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "model_path.h"
+#include "report.h"
+#include "tandem/core/allocator.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/build_info.h"
+#include "tandem/core/error.h"
+#include "tandem/core/profiler.h"
+#include "tandem/llm/model.h"
+
+namespace tandem::cli {
+namespace {
+
+struct BenchLlmOptions {
+  std::string model;
+  int prompt_tokens = 512;
+  int gen = 128;
+  int batch = 512;
+  int threads = 0;
+  int repetitions = 3;
+  bool no_bandwidth = false;
+  std::string output = "md";
+  bool no_progress = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int32_t argmax(const Tensor& logits) {
+  const float* p = logits.data<float>();
+  const int64_t n = logits.numel();
+  return static_cast<int32_t>(std::max_element(p, p + n) - p);
+}
+
+// Prefill of `ids` from an empty cache; returns seconds, and the first token (greedy).
+double run_prefill(const llm::Model& m, const std::vector<int32_t>& ids, int batch,
+                   llm::KvCache& cache, int32_t* first) {
+  cache.clear();
+  const int n = static_cast<int>(ids.size());
+  std::vector<int32_t> pos(ids.size());
+  for (int i = 0; i < n; ++i) pos[i] = i;
+  const auto t0 = Clock::now();
+  Tensor logits;
+  for (int b = 0; b < n; b += batch) {
+    const int len = std::min(batch, n - b);
+    logits = m.forward(std::span<const int32_t>(ids).subspan(b, len),
+                       std::span<const int32_t>(pos).subspan(b, len), cache, {.last_only = true});
+  }
+  *first = argmax(logits);
+  return since(t0);
+}
+
+// `gen` decode steps from an empty cache starting with `start`; returns seconds.
+double run_decode(const llm::Model& m, int32_t start, int gen, llm::KvCache& cache) {
+  cache.clear();
+  int32_t tok = start;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < gen; ++i) {
+    const int32_t p = i;
+    const Tensor logits = m.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true});
+    tok = argmax(logits);
+  }
+  return since(t0);
+}
+
+// Bytes one decode step reads from memory besides the KV cache: every weight matrix and norm of
+// the layers, the output norm and matrix, and one row of the token embedding.
+int64_t decode_weight_bytes(const llm::Model& m) {
+  int64_t n = m.output_norm().nbytes() + m.output().nbytes();
+  n += m.token_embd().nbytes() / std::max<int64_t>(1, m.token_embd().size(0));
+  for (int l = 0; l < m.config().n_layers; ++l) {
+    const llm::LayerWeights& w = m.layer(l);
+    for (const Tensor* t :
+         {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down}) {
+      n += t->nbytes();
+    }
+  }
+  return n;
+}
+
+nlohmann::json stat_json(const std::vector<double>& v) {
+  const SampleStats s = stats_of(v);
+  return {{"mean", s.mean}, {"stddev", s.stddev}, {"min", s.min}, {"samples", v}};
+}
+
+int run_bench_llm(const BenchLlmOptions& o) {
+  if (o.threads > 0) set_cpu_num_threads(o.threads);
+  const int threads = cpu_num_threads();
+  const std::string path = resolve_model_path(o.model, !o.no_progress);
+  const llm::Model model = llm::Model::load(path);
+  const llm::ModelConfig& c = model.config();
+  if (c.context_length > 0 && std::max<int64_t>(o.prompt_tokens, o.gen) > c.context_length) {
+    throw InvalidArgument(cat("bench-llm: ", std::max(o.prompt_tokens, o.gen),
+                              " tokens exceed the model's context length ", c.context_length));
+  }
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
+  for (auto& t : prompt) t = pick(rng);
+
+  Progress progress(!o.no_progress);
+  llm::KvCache cache = model.make_cache();
+  allocator(Device::cpu()).reset_peak();
+  std::vector<double> prefill_tps, decode_tps, ttft_s;
+  int32_t first = 0;
+  for (int r = -1; r < o.repetitions; ++r) {  // r = -1: warm-up
+    progress.update(cat("bench-llm: ", r < 0 ? "warm-up" : "run " + std::to_string(r + 1),
+                        ", prefill ", o.prompt_tokens, " tokens"));
+    const double tp = run_prefill(model, prompt, o.batch, cache, &first);
+    progress.update(cat("bench-llm: ", r < 0 ? "warm-up" : "run " + std::to_string(r + 1),
+                        ", decode ", o.gen, " tokens"));
+    const double td = o.gen > 0 ? run_decode(model, first, o.gen, cache) : 0.0;
+    if (r < 0) continue;
+    prefill_tps.push_back(o.prompt_tokens / tp);
+    ttft_s.push_back(tp);
+    if (o.gen > 0) decode_tps.push_back(o.gen / td);
+  }
+  const int64_t peak_bytes = memory_stats(Device::cpu()).peak_bytes;
+  // KV bytes of one sequence holding the prompt and the generated tokens.
+  cache.clear();
+  {
+    std::vector<int32_t> all = prompt;
+    all.resize(prompt.size() + static_cast<size_t>(o.gen), first);
+    std::vector<int32_t> pos(all.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+    for (size_t b = 0; b < all.size(); b += static_cast<size_t>(o.batch)) {
+      const size_t len = std::min(all.size() - b, static_cast<size_t>(o.batch));
+      model.forward(std::span<const int32_t>(all).subspan(b, len),
+                    std::span<const int32_t>(pos).subspan(b, len), cache, {.last_only = true});
+    }
+  }
+  const int64_t kv_bytes = cache.bytes();
+  cache.clear();
+  const int64_t kv_bytes_per_token =
+      o.prompt_tokens + o.gen > 0 ? kv_bytes / (o.prompt_tokens + o.gen) : 0;
+
+  double bandwidth = 0.0;
+  if (!o.no_bandwidth) {
+    progress.update("bench-llm: measuring memory bandwidth (STREAM triad)");
+    tandem::ProfileOptions po;
+    po.threads = threads;
+    bandwidth = measure_memory_bandwidth_bytes_per_s(Device::cpu(), po);
+  }
+  progress.update("");
+
+  const int64_t weight_read = decode_weight_bytes(model);
+  const double mean_kv_read = kv_bytes_per_token * (o.gen / 2.0);  // decode runs 0..gen-1 tokens
+  const double bytes_per_token = weight_read + mean_kv_read;
+  const SampleStats pf = stats_of(prefill_tps), dc = stats_of(decode_tps), tt = stats_of(ttft_s);
+  const double achieved = bytes_per_token * dc.mean;
+  const double share = bandwidth > 0 ? achieved / bandwidth : 0.0;
+
+  if (o.output == "json") {
+    nlohmann::json j = {{"schema_version", 1},
+                        {"kind", "bench-llm"},
+                        {"build", build_info_json()},
+                        {"system", system_json()},
+                        {"params",
+                         {{"model", path},
+                          {"model_name", c.name},
+                          {"prompt_tokens", o.prompt_tokens},
+                          {"gen_tokens", o.gen},
+                          {"batch", o.batch},
+                          {"threads", threads},
+                          {"repetitions", o.repetitions}}},
+                        {"results",
+                         {{"prefill_tokens_per_s", stat_json(prefill_tps)},
+                          {"decode_tokens_per_s", stat_json(decode_tps)},
+                          {"ttft_s", stat_json(ttft_s)},
+                          {"kv_bytes", kv_bytes},
+                          {"kv_bytes_per_token", kv_bytes_per_token},
+                          {"peak_tensor_bytes", peak_bytes},
+                          {"weight_bytes", model.weight_bytes()},
+                          {"decode_bytes_per_token", bytes_per_token},
+                          {"decode_bytes_per_s", achieved},
+                          {"memory_bandwidth_bytes_per_s", bandwidth},
+                          {"decode_bandwidth_share", share}}}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  const std::string name = c.name.empty() ? path : c.name;
+  std::printf("| model | threads | test | tokens/s | +/- |\n|---|---:|---|---:|---:|\n");
+  std::printf("| %s | %d | pp%d | %.2f | %.2f |\n", name.c_str(), threads, o.prompt_tokens, pf.mean,
+              pf.stddev);
+  if (o.gen > 0) {
+    std::printf("| %s | %d | tg%d | %.2f | %.2f |\n", name.c_str(), threads, o.gen, dc.mean,
+                dc.stddev);
+  }
+  std::printf(
+      "\nTTFT (%d-token prompt) %.3f s; KV cache %.2f MiB for %d tokens (%lld bytes/token); peak "
+      "tensor memory %.2f MiB; weights %.2f MiB (mapped)\n",
+      o.prompt_tokens, tt.mean, kv_bytes / 1048576.0, o.prompt_tokens + o.gen,
+      static_cast<long long>(kv_bytes_per_token), peak_bytes / 1048576.0,
+      model.weight_bytes() / 1048576.0);
+  if (bandwidth > 0 && o.gen > 0) {
+    std::printf(
+        "decode reads %.2f MiB/token -> %.2f GB/s = %.1f%% of the measured %.2f GB/s (STREAM "
+        "triad, %d threads)\n",
+        bytes_per_token / 1048576.0, achieved / 1e9, 100.0 * share, bandwidth / 1e9, threads);
+  }
+  return 0;
+}
+
+const CommandRegistration kReg([](CLI::App& app) {
+  auto o = std::make_shared<BenchLlmOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "bench-llm",
+      "Prefill and decode tokens/s, TTFT and memory of a GGUF model (llama-bench style)");
+  sub->add_option("-m,--model", o->model,
+                  "GGUF model file (default: SmolLM2-135M-Instruct, fetched on first use)");
+  sub->add_option("-p,--prompt-tokens", o->prompt_tokens, "Prompt tokens (llama-bench -p)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("-n,--gen", o->gen, "Tokens to decode (llama-bench -n)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-b,--batch", o->batch, "Tokens per prefill forward pass")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("-r,--repetitions", o->repetitions, "Measured runs after one warm-up")
+      ->check(CLI::Range(1, 1000));
+  sub->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the memory-bandwidth measurement");
+  sub->add_option("-o,--output", o->output, "Output format")->check(CLI::IsMember({"md", "json"}));
+  sub->add_flag("--no-progress", o->no_progress, "No progress line on stderr");
+  return Command{sub, [o] { return run_bench_llm(*o); }};
+});
+
+}  // namespace
+}  // namespace tandem::cli

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs a cnn::Graph on the CPU, NCHW f32, batch as imported.
+//
+// How: convolutions go to oneDNN (Debian libdnnl-dev) with the bias and the fused activation as
+// post-ops and the weights reordered once into the layout oneDNN picks (blocked, e.g. OIhw16i16o);
+// the source is handed over as a strided NCHW view, so a tile of a tensor is never copied before a
+// conv. Without oneDNN the core ops::conv2d runs instead. Pools, elementwise ops, concat, split
+// and nearest resize are the engine's own OpenMP loops; gemm and softmax use the core ops.
+// Memory is planned: every tensor gets a slot of a buffer pool when it is produced and gives it
+// back after its last consumer, and elementwise ops write over an input that dies with them.
+//
+// Every kernel works on tiles: a tile is a tensor holding a Region (region.h) of the full tensor,
+// and a kernel computes an output region from input tiles using full-tensor coordinates for the
+// padding decisions. The whole-image run is the special case of full regions, so run_region() on
+// any sub-graph and output region yields exactly the corresponding rows and columns of run()
+// (bit-identical for the engine's own kernels; for oneDNN convolutions as long as oneDNN picks the
+// same kernel for the tile's shape, which the tests check on every model).
+//
+//   cnn::Executor ex(graph, {.threads = 2});
+//   std::vector<Tensor> out = ex.run({image});              // image: [1, 3, 224, 224] f32
+//
+// Thread-safety: one run at a time per Executor (it owns the buffer pool); use one Executor per
+// thread for concurrent runs.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tandem/cnn/graph.h"
+#include "tandem/cnn/region.h"
+#include "tandem/core/tensor.h"
+#include "tandem/export.h"
+
+namespace tandem::cnn {
+
+struct ExecutorOptions {
+  int threads = 1;         // OpenMP threads for every kernel (>= 1)
+  bool use_onednn = true;  // false: the core ops::conv2d for convolutions
+  bool keep_all = false;   // keep every intermediate tensor (no buffer reuse), see tensors()
+  bool profile = false;    // time every node (node_times_ms())
+};
+
+// A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor
+// otherwise) and holds `region` of the full tensor.
+struct Tile {
+  Tensor data;
+  Region region;
+};
+
+struct MemoryPlan {
+  int64_t planned_bytes = 0;  // the pool's slots together
+  int64_t naive_bytes = 0;    // every tensor in its own buffer
+  int slots = 0;
+};
+
+class TANDEM_API Executor {
+ public:
+  Executor(const Graph& graph, ExecutorOptions opts = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Whole-graph run: one tensor per graph input, in order; returns the graph outputs in order.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+
+  // Runs the sub-graph `nodes` (topological order) to produce `wanted` regions of some of its
+  // tensors. `inputs` must hold a tile, covering at least the required region (required_regions),
+  // of every tensor the sub-graph reads but does not compute. Returns tiles of the wanted tensors
+  // cut exactly to the wanted regions.
+  std::map<int, Tile> run_region(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
+                                 const std::map<int, Region>& wanted);
+
+  // With keep_all: every tensor of the last run(), by tensor id (undefined for ones not computed).
+  const std::vector<Tensor>& tensors() const;
+  const MemoryPlan& memory_plan() const;
+  // With profile: wall time of every node in the last run, by node id (0 for nodes not run).
+  const std::vector<double>& node_times_ms() const;
+  const Graph& graph() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::cnn

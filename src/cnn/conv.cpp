@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+// Convolution of the CNN engine: oneDNN's convolution primitive with bias and the fused
+// activation as post-ops, weights packed once per layout, the source passed as a strided view.
+// Fallback without oneDNN: the core ops::conv2d, then the activation.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "cnn/kernels.h"
+#include "tandem/core/error.h"
+#include "tandem/core/log.h"
+#include "tandem/ops/ops.h"
+
+#if defined(TANDEM_HAVE_DNNL)
+#include <dnnl.hpp>
+#endif
+
+namespace tandem::cnn::kernels {
+
+namespace {
+
+// Runs with `threads` OpenMP threads on this thread, restoring the previous setting (oneDNN reads
+// omp_get_max_threads() when it creates and when it runs a primitive).
+class OmpThreads {
+ public:
+  explicit OmpThreads(int threads) : saved_(omp_get_max_threads()), want_(std::max(threads, 1)) {
+    if (want_ != saved_) omp_set_num_threads(want_);
+  }
+  ~OmpThreads() {
+    if (want_ != saved_) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_, want_;
+};
+
+}  // namespace
+
+#if defined(TANDEM_HAVE_DNNL)
+
+namespace {
+
+using Dims = dnnl::memory::dims;
+using Tag = dnnl::memory::format_tag;
+constexpr auto kF32 = dnnl::memory::data_type::f32;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// A primitive for one source shape/strides, padding and thread count, with its reorders and
+// buffers.
+struct Prim {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  dnnl::memory::desc src_user, dst_user;
+  dnnl::reorder src_reorder, dst_reorder;
+  dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch;
+  dnnl::memory weights;  // packed into pd.weights_desc() (shared between primitives)
+};
+
+// key: N, C, H, W, 4 source strides, 4 edge pads, threads
+using PrimKey = std::array<int64_t, 13>;
+
+dnnl::memory make_scratch(const dnnl::memory::desc& md) {
+  return md.get_size() > 0 ? dnnl::memory(md, engine()) : dnnl::memory();
+}
+
+}  // namespace
+
+struct ConvKernel::Impl {
+  Node node;
+  Shape in_full;
+  bool onednn = true;
+  std::string full_impl_name;
+  std::mutex mu;
+  std::map<PrimKey, std::unique_ptr<Prim>> prims;
+  std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed;  // weights per layout
+  dnnl::memory::desc weights_user, bias_md;
+
+  dnnl::memory packed_weights(const dnnl::memory::desc& want) {
+    for (auto& [md, mem] : packed)
+      if (md == want) return mem;
+    dnnl::memory user(weights_user, engine(), node.weight.raw_data());
+    dnnl::memory mem(want, engine());
+    if (want == weights_user) {
+      mem = user;
+    } else {
+      dnnl::stream st(engine());
+      dnnl::reorder(user, mem).execute(st, user, mem);
+      st.wait();
+    }
+    packed.emplace_back(want, mem);
+    return mem;
+  }
+
+  // The primitive descriptor for a source of `xd` dims/`xs` strides and edge pads `p`. When
+  // `match` is set, the implementation with that name is chosen if oneDNN offers it (so tiles use
+  // the kernel of the whole-image run and give bit-identical results).
+  dnnl::convolution_forward::primitive_desc make_pd(const Dims& xd, const Dims& yd,
+                                                    const EdgePads& p, const std::string& match) {
+    const Window& w = node.window;
+    const dnnl::memory::desc src_any(xd, kF32, Tag::any);
+    const dnnl::memory::desc dst_any(yd, kF32, Tag::any);
+    const dnnl::memory::desc w_any(weights_user.dims(), kF32, Tag::any);
+    const Dims strides{w.sh, w.sw}, dil{w.dh - 1, w.dw - 1};
+    const Dims pad_l{p.top, p.left}, pad_r{p.bottom, p.right};
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto alg = dnnl::algorithm::convolution_direct;
+    auto desc = node.bias.defined()
+                    ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, bias_md, dst_any,
+                                                      strides, dil, pad_l, pad_r)
+                    : dnnl::convolution_forward::desc(prop, alg, src_any, w_any, dst_any, strides,
+                                                      dil, pad_l, pad_r);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const Activation& a = node.act;
+    if (a.kind != ActKind::kNone) {
+      dnnl::post_ops po;
+      switch (a.kind) {
+        case ActKind::kRelu:
+          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+          break;
+        case ActKind::kLeakyRelu:
+          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, a.alpha, 0.0f);
+          break;
+        case ActKind::kClip:
+          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, a.alpha, a.beta);
+          break;
+        case ActKind::kSigmoid:
+          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f);
+          break;
+        case ActKind::kSilu:
+          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+          break;
+        case ActKind::kNone:
+          break;
+      }
+      attr.set_post_ops(po);
+    }
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+    if (match.empty() || pd.impl_info_str() == match) return pd;
+    dnnl::convolution_forward::primitive_desc first = pd;
+    while (pd.next_impl())
+      if (pd.impl_info_str() == match) return pd;
+    log().debug("cnn conv '{}': implementation {} unavailable for a tile, using {}", node.name,
+                match, first.impl_info_str());
+    return first;
+  }
+
+  // The implementation oneDNN picks for the whole input (computed once).
+  const std::string& full_impl(int threads) {
+    if (full_impl_name.empty()) {
+      const Window& w = node.window;
+      const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+      const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+      const EdgePads p{w.pt, w.pl, w.pb, w.pr};
+      (void)threads;
+      full_impl_name = make_pd(Dims{in_full[0], in_full[1], in_full[2], in_full[3]},
+                               Dims{in_full[0], node.weight.size(0), ho, wo}, p, "")
+                           .impl_info_str();
+    }
+    return full_impl_name;
+  }
+
+  Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {
+    const PrimKey key{x.size(0),   x.size(1),   x.size(2),   x.size(3), x.stride(0),
+                      x.stride(1), x.stride(2), x.stride(3), p.top,     p.left,
+                      p.bottom,    p.right,     threads};
+    auto it = prims.find(key);
+    if (it != prims.end()) return *it->second;
+    auto e = std::make_unique<Prim>();
+    e->src_user = dnnl::memory::desc(Dims{x.size(0), x.size(1), x.size(2), x.size(3)}, kF32,
+                                     Dims{x.stride(0), x.stride(1), x.stride(2), x.stride(3)});
+    e->dst_user =
+        dnnl::memory::desc(Dims{y.size(0), y.size(1), y.size(2), y.size(3)}, kF32, Tag::nchw);
+    e->pd = make_pd(e->src_user.dims(), e->dst_user.dims(), p, full_impl(threads));
+    e->prim = dnnl::convolution_forward(e->pd);
+    e->scratch = make_scratch(e->pd.scratchpad_desc());
+    dnnl::primitive_attr rattr;
+    rattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (e->pd.src_desc() != e->src_user) {
+      dnnl::reorder::primitive_desc rpd(engine(), e->src_user, engine(), e->pd.src_desc(), rattr);
+      e->src_reorder = dnnl::reorder(rpd);
+      e->src_buf = dnnl::memory(e->pd.src_desc(), engine());
+      e->src_scratch = make_scratch(rpd.scratchpad_desc());
+    }
+    if (e->pd.dst_desc() != e->dst_user) {
+      dnnl::reorder::primitive_desc rpd(engine(), e->pd.dst_desc(), engine(), e->dst_user, rattr);
+      e->dst_reorder = dnnl::reorder(rpd);
+      e->dst_buf = dnnl::memory(e->pd.dst_desc(), engine());
+      e->dst_scratch = make_scratch(rpd.scratchpad_desc());
+    }
+    e->weights = packed_weights(e->pd.weights_desc());
+    log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
+                e->pd.impl_info_str(), threads);
+    return *prims.emplace(key, std::move(e)).first->second;
+  }
+
+  void run(const Tensor& x, const EdgePads& p, Tensor& y, int threads) {
+    OmpThreads scope(threads);
+    std::lock_guard lk(mu);
+    Prim& e = get(x, p, y, threads);
+    dnnl::stream st(engine());
+    dnnl::memory src(e.src_user, engine(), x.raw_data());
+    dnnl::memory dst(e.dst_user, engine(), y.raw_data());
+    auto reorder = [&](const dnnl::reorder& r, const dnnl::memory& from, const dnnl::memory& to,
+                       const dnnl::memory& pad) {
+      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+      if (pad) args.emplace(DNNL_ARG_SCRATCHPAD, pad);
+      r.execute(st, args);
+    };
+    if (e.src_reorder) {
+      reorder(e.src_reorder, src, e.src_buf, e.src_scratch);
+      src = e.src_buf;
+    }
+    dnnl::memory out = e.dst_reorder ? e.dst_buf : dst;
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, out}};
+    if (node.bias.defined())
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), node.bias.raw_data()));
+    if (e.scratch) args.emplace(DNNL_ARG_SCRATCHPAD, e.scratch);
+    e.prim.execute(st, args);
+    if (e.dst_reorder) reorder(e.dst_reorder, out, dst, e.dst_scratch);
+    st.wait();
+  }
+};
+
+#else
+
+struct ConvKernel::Impl {
+  Node node;
+  Shape in_full;
+  bool onednn = false;
+  void run(const Tensor&, const EdgePads&, Tensor&, int) {
+    throw Unsupported("cnn: built without oneDNN");
+  }
+};
+
+#endif
+
+ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->node = node;
+  impl_->in_full = in_full;
+#if defined(TANDEM_HAVE_DNNL)
+  impl_->onednn = use_onednn;
+  const int64_t g = node.groups;
+  const Tensor& w = node.weight;
+  const Dims wdims = g > 1 ? Dims{g, w.size(0) / g, w.size(1), w.size(2), w.size(3)}
+                           : Dims{w.size(0), w.size(1), w.size(2), w.size(3)};
+  impl_->weights_user = dnnl::memory::desc(wdims, kF32, g > 1 ? Tag::goihw : Tag::oihw);
+  impl_->bias_md = dnnl::memory::desc(Dims{w.size(0)}, kF32, Tag::x);
+#else
+  (void)use_onednn;
+#endif
+}
+
+ConvKernel::~ConvKernel() = default;
+
+bool ConvKernel::uses_onednn() const { return impl_->onednn; }
+
+void ConvKernel::run(const View& x, const Region& out, Tensor& y, int threads) {
+  const Node& n = impl_->node;
+  const EdgePads p = edge_pads(n.window, x.full, out);
+  if (impl_->onednn) {
+#if defined(TANDEM_HAVE_DNNL)
+    try {
+      impl_->run(x.t, p, y, threads);
+      return;
+    } catch (const dnnl::error& e) {
+      throw DeviceError(cat("cnn conv '", n.name, "' on ", x.t.shape().to_string(),
+                            ": oneDNN failed: ", e.what()));
+    }
+#endif
+  }
+  ops::Conv2dParams cp;
+  cp.stride_h = n.window.sh;
+  cp.stride_w = n.window.sw;
+  cp.dilation_h = n.window.dh;
+  cp.dilation_w = n.window.dw;
+  cp.pad_top = p.top;
+  cp.pad_left = p.left;
+  cp.pad_bottom = p.bottom;
+  cp.pad_right = p.right;
+  cp.groups = n.groups;
+  ops::conv2d(x.t.contiguous(), n.weight, n.bias, y, cp);
+  if (n.act.kind != ActKind::kNone) {
+    float* v = y.data<float>();
+    const int64_t e = y.numel();
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+    for (int64_t i = 0; i < e; ++i) v[i] = apply_act(v[i], n.act);
+  }
+}
+
+}  // namespace tandem::cnn::kernels

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+// cnn::Executor: memory planning and node dispatch over tiles (see tandem/cnn/executor.h).
+#include "tandem/cnn/executor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "cnn/kernels.h"
+#include "tandem/core/error.h"
+
+namespace tandem::cnn {
+
+namespace {
+
+// Per-call plan: the region each tensor is computed over and the pool slot holding it.
+struct Plan {
+  std::vector<Region> regions;  // by tensor id
+  std::vector<int> slot;        // by tensor id; -1: not pooled (input tile or returned tensor)
+  std::vector<int64_t> slot_elems;
+  MemoryPlan stats;
+};
+
+Shape tile_shape(const Shape& full, const Region& r) {
+  if (full.rank() != 4) return full;
+  return Shape{full[0], full[1], r.rows(), r.cols()};
+}
+
+bool elementwise(OpKind op) {
+  return op == OpKind::kActivation || op == OpKind::kAffine || op == OpKind::kAdd ||
+         op == OpKind::kMul;
+}
+
+}  // namespace
+
+struct Executor::Impl {
+  Graph g;
+  ExecutorOptions opts;
+  std::vector<std::unique_ptr<kernels::ConvKernel>> convs;  // by node id
+  // Cached whole-graph plan and its slot storage.
+  bool have_full_plan = false;
+  Plan full_plan;
+  std::vector<Tensor> full_slots;
+  std::vector<Tensor> kept;   // keep_all
+  std::vector<double> times;  // profile
+  MemoryPlan last_stats;
+
+  Plan make_plan(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
+                 const std::map<int, Region>& wanted) const {
+    Plan p;
+    p.regions = required_regions(g, nodes, wanted);
+    const size_t nt = g.tensors().size();
+    p.slot.assign(nt, -1);
+    std::vector<int> last_use(nt, -1);
+    for (size_t k = 0; k < nodes.size(); ++k)
+      for (int t : g.node(nodes[k]).inputs) last_use[t] = static_cast<int>(k);
+    std::vector<char> pooled(nt, 0);
+    for (int id : nodes)
+      for (int t : g.node(id).outputs)
+        pooled[t] = !wanted.count(t) && !opts.keep_all && !inputs.count(t);
+    std::vector<int> free_slots;
+    auto elems = [&](int t) { return tile_shape(g.tensor(t).shape, p.regions[t]).numel(); };
+    auto take = [&](int t) {
+      const int64_t need = elems(t);
+      p.stats.naive_bytes += need * 4;
+      if (!pooled[t]) return;
+      int best = -1;
+      for (size_t i = 0; i < free_slots.size(); ++i) {  // smallest free slot that fits
+        const int s = free_slots[i];
+        if (p.slot_elems[s] >= need &&
+            (best < 0 || p.slot_elems[s] < p.slot_elems[free_slots[best]]))
+          best = static_cast<int>(i);
+      }
+      if (best < 0 && !free_slots.empty()) {  // else grow the largest free one
+        best = 0;
+        for (size_t i = 1; i < free_slots.size(); ++i)
+          if (p.slot_elems[free_slots[i]] > p.slot_elems[free_slots[best]])
+            best = static_cast<int>(i);
+      }
+      int s;
+      if (best >= 0) {
+        s = free_slots[best];
+        free_slots.erase(free_slots.begin() + best);
+        p.slot_elems[s] = std::max(p.slot_elems[s], need);
+      } else {
+        s = static_cast<int>(p.slot_elems.size());
+        p.slot_elems.push_back(need);
+      }
+      p.slot[t] = s;
+    };
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      const Node& n = g.node(nodes[k]);
+      bool outputs_computed = false;
+      for (int t : n.outputs) outputs_computed |= !p.regions[t].empty();
+      if (!outputs_computed) continue;
+      std::vector<int> dying;
+      for (int t : n.inputs)
+        if (last_use[t] == static_cast<int>(k) && p.slot[t] >= 0 &&
+            std::find(dying.begin(), dying.end(), t) == dying.end())
+          dying.push_back(t);
+      // Elementwise ops may write over an input that dies here and covers the same region.
+      int reuse = -1;
+      if (elementwise(n.op) && pooled[n.outputs[0]]) {
+        for (int t : dying)
+          if (p.regions[t] == p.regions[n.outputs[0]] &&
+              g.tensor(t).shape == g.tensor(n.outputs[0]).shape && n.inputs[0] == t) {
+            reuse = t;
+            break;
+          }
+      }
+      if (reuse >= 0) {
+        p.slot[n.outputs[0]] = p.slot[reuse];
+        p.stats.naive_bytes += elems(n.outputs[0]) * 4;
+        dying.erase(std::find(dying.begin(), dying.end(), reuse));
+      } else {
+        for (int t : n.outputs) take(t);
+      }
+      for (int t : dying) free_slots.push_back(p.slot[t]);
+    }
+    p.stats.slots = static_cast<int>(p.slot_elems.size());
+    for (int64_t e : p.slot_elems) p.stats.planned_bytes += e * 4;
+    for (const auto& [t, r] : wanted) p.stats.planned_bytes += elems(t) * 4;
+    return p;
+  }
+
+  // Runs `nodes` under plan p; tiles of every computed tensor end up in `tiles`.
+  void execute(const std::vector<int>& nodes, const Plan& p, std::vector<Tensor>& slots,
+               std::vector<kernels::View>& views) {
+    const int threads = std::max(opts.threads, 1);
+    if (slots.size() != p.slot_elems.size()) slots.resize(p.slot_elems.size());
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (!slots[s].defined() || slots[s].numel() < p.slot_elems[s])
+        slots[s] = Tensor::empty({std::max<int64_t>(p.slot_elems[s], 1)}, DType::kF32);
+    auto make_out = [&](int t) {
+      const Shape s = tile_shape(g.tensor(t).shape, p.regions[t]);
+      Tensor out = p.slot[t] >= 0 ? slots[p.slot[t]].slice(0, 0, s.numel()).reshape(s)
+                                  : Tensor::empty(s, DType::kF32);
+      views[t] = {out, p.regions[t], g.tensor(t).shape};
+      return out;
+    };
+    if (opts.profile) times.assign(g.nodes().size(), 0.0);
+    for (int id : nodes) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_node(id, p, views, make_out, threads);
+      if (opts.profile)
+        times[id] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                        .count();
+    }
+  }
+
+  template <class MakeOut>
+  void run_node(int id, const Plan& p, std::vector<kernels::View>& views, MakeOut& make_out,
+                int threads) {
+    {
+      const Node& n = g.node(id);
+      Region out;
+      for (int t : n.outputs) out = hull(out, p.regions[t]);
+      if (out.empty()) return;
+      std::vector<kernels::View> in(n.inputs.size());
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const int t = n.inputs[i];
+        const kernels::View& v = views[t];
+        if (!v.t.defined())
+          throw InvalidArgument(cat("cnn run_region: node '", n.name, "' reads '", g.tensor(t).name,
+                                    "', which is neither computed nor given"));
+        const Region need = input_region(g, id, static_cast<int>(i), out);
+        if (!v.region.contains(need))
+          throw InvalidArgument(cat("cnn run_region: the tile of '", g.tensor(t).name, "' covers ",
+                                    v.region.to_string(), " but node '", n.name, "' needs ",
+                                    need.to_string()));
+        in[i] = kernels::crop(v, need);
+      }
+      Tensor y = make_out(n.outputs[0]);
+      switch (n.op) {
+        case OpKind::kConv:
+          convs[id]->run(in[0], out, y, threads);
+          break;
+        case OpKind::kMaxPool:
+        case OpKind::kAveragePool:
+          kernels::pool(n, in[0], out, y, threads);
+          break;
+        case OpKind::kGlobalAveragePool:
+          kernels::global_average_pool(in[0], y, threads);
+          break;
+        case OpKind::kAdd:
+        case OpKind::kMul:
+          kernels::binary(n, in[0], in.size() > 1 ? &in[1] : nullptr, y, threads);
+          break;
+        case OpKind::kConcat:
+          kernels::concat(in, y, threads);
+          break;
+        case OpKind::kResize:
+          kernels::resize_nearest(n, in[0], out, y, threads);
+          break;
+        case OpKind::kFlatten:
+        case OpKind::kReshape:
+          kernels::copy_reshape(in[0].t, y);
+          break;
+        case OpKind::kGemm:
+          kernels::gemm(n, in[0].t, y, threads);
+          break;
+        case OpKind::kSoftmax:
+          kernels::softmax(in[0].t, y);
+          break;
+        case OpKind::kSplit: {
+          std::vector<Tensor> outs{y};
+          for (size_t i = 1; i < n.outputs.size(); ++i) outs.push_back(make_out(n.outputs[i]));
+          std::vector<Tensor*> ptrs;
+          for (Tensor& t : outs) ptrs.push_back(&t);
+          kernels::split(n, in[0], ptrs, threads);
+          break;
+        }
+        case OpKind::kActivation:
+          kernels::activation(n.act, in[0], y, threads);
+          break;
+        case OpKind::kAffine:
+          kernels::affine(n, in[0], y, threads);
+          break;
+      }
+    }
+  }
+};
+
+Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->g = graph;
+  impl_->opts = opts;
+  if (opts.threads < 1) throw InvalidArgument(cat("cnn::Executor: threads ", opts.threads, " < 1"));
+  for (const TensorInfo& t : graph.tensors())
+    if (t.shape.rank() == 0)
+      throw InvalidArgument(
+          cat("cnn::Executor: tensor '", t.name, "' has no shape (run Graph::infer_shapes first)"));
+  impl_->convs.resize(graph.nodes().size());
+  for (size_t i = 0; i < graph.nodes().size(); ++i)
+    if (graph.node(static_cast<int>(i)).op == OpKind::kConv)
+      impl_->convs[i] = std::make_unique<kernels::ConvKernel>(
+          graph.node(static_cast<int>(i)),
+          graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn);
+}
+
+Executor::~Executor() = default;
+
+const Graph& Executor::graph() const { return impl_->g; }
+const std::vector<Tensor>& Executor::tensors() const { return impl_->kept; }
+const MemoryPlan& Executor::memory_plan() const { return impl_->last_stats; }
+const std::vector<double>& Executor::node_times_ms() const { return impl_->times; }
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  Impl& m = *impl_;
+  const Graph& g = m.g;
+  if (inputs.size() != g.inputs().size())
+    throw InvalidArgument(
+        cat("cnn::Executor::run: ", inputs.size(), " inputs for a graph with ", g.inputs().size()));
+  std::map<int, Tile> tiles;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int t = g.inputs()[i];
+    const Tensor& x = inputs[i];
+    if (!x.defined() || x.dtype() != DType::kF32 || !(x.shape() == g.tensor(t).shape))
+      throw InvalidArgument(cat("cnn::Executor::run: input '", g.tensor(t).name, "' must be f32 ",
+                                g.tensor(t).shape.to_string(), ", got ",
+                                x.defined() ? x.to_string() : "undefined"));
+    tiles[t] = {x, full_region(x.shape())};
+  }
+  std::map<int, Region> wanted;
+  for (int t : g.outputs()) wanted[t] = full_region(g.tensor(t).shape);
+  const std::vector<int> nodes = all_nodes(g);
+  if (!m.have_full_plan) {
+    m.full_plan = m.make_plan(nodes, tiles, wanted);
+    m.have_full_plan = true;
+  }
+  std::vector<kernels::View> views(g.tensors().size());
+  for (const auto& [t, tile] : tiles) views[t] = {tile.data, tile.region, g.tensor(t).shape};
+  m.execute(nodes, m.full_plan, m.full_slots, views);
+  m.last_stats = m.full_plan.stats;
+  if (m.opts.keep_all) {
+    m.kept.assign(g.tensors().size(), Tensor());
+    for (size_t t = 0; t < views.size(); ++t) m.kept[t] = views[t].t;
+  }
+  std::vector<Tensor> out;
+  for (int t : g.outputs()) out.push_back(views[t].t);
+  return out;
+}
+
+std::map<int, Tile> Executor::run_region(const std::vector<int>& nodes,
+                                         const std::map<int, Tile>& inputs,
+                                         const std::map<int, Region>& wanted) {
+  Impl& m = *impl_;
+  const Graph& g = m.g;
+  for (int id : nodes)
+    if (id < 0 || id >= static_cast<int>(g.nodes().size()))
+      throw InvalidArgument(cat("cnn run_region: node id ", id, " out of range"));
+  std::vector<kernels::View> views(g.tensors().size());
+  for (const auto& [t, tile] : inputs) {
+    if (t < 0 || t >= static_cast<int>(g.tensors().size()))
+      throw InvalidArgument(cat("cnn run_region: tensor id ", t, " out of range"));
+    const Shape want = tile_shape(g.tensor(t).shape, tile.region);
+    if (!tile.data.defined() || !(tile.data.shape() == want))
+      throw InvalidArgument(cat("cnn run_region: tile of '", g.tensor(t).name, "' for ",
+                                tile.region.to_string(), " must have shape ", want.to_string()));
+    views[t] = {tile.data, tile.region, g.tensor(t).shape};
+  }
+  Plan p = m.make_plan(nodes, inputs, wanted);
+  std::vector<Tensor> slots;
+  m.execute(nodes, p, slots, views);
+  m.last_stats = p.stats;
+  std::map<int, Tile> out;
+  for (const auto& [t, r] : wanted) {
+    const kernels::View& v = views[t];
+    if (!v.t.defined())
+      throw InvalidArgument(
+          cat("cnn run_region: '", g.tensor(t).name, "' is not computed by the given nodes"));
+    const Region want = intersect(r, full_region(g.tensor(t).shape));
+    out[t] = {kernels::crop(v, want).t.contiguous(), want};
+  }
+  return out;
+}
+
+}  // namespace tandem::cnn

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CNN engine's CPU kernels on tiles (internal). A View is a (possibly strided) rank-4 tensor
+// holding `region` of a tensor whose full shape is `full`; kernels compute an output region into a
+// contiguous tensor, deciding padding from full-tensor coordinates so that a tile's result equals
+// the same rows and columns of the whole-image result.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tandem/cnn/graph.h"
+#include "tandem/cnn/region.h"
+#include "tandem/core/tensor.h"
+
+namespace tandem::cnn::kernels {
+
+struct View {
+  Tensor t;       // [N, C, region.rows(), region.cols()] (rank 4), or the whole tensor
+  Region region;  // what t holds, in full-tensor coordinates
+  Shape full;     // the full tensor's shape
+};
+
+// `v` restricted to `r` (which it must contain): a strided view, no copy.
+View crop(const View& v, const Region& r);
+
+float apply_act(float v, const Activation& a);
+
+// Convolution of one node, with per-shape oneDNN primitives and packed weights cached inside.
+class ConvKernel {
+ public:
+  // in_full: the node's whole input shape (tiles reuse the kernel chosen for it).
+  ConvKernel(const Node& node, const Shape& in_full, bool use_onednn);
+  ~ConvKernel();
+  // x: the input cropped to input_region(out); y: contiguous [N, O, out.rows(), out.cols()].
+  void run(const View& x, const Region& out, Tensor& y, int threads);
+  bool uses_onednn() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+void pool(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
+void global_average_pool(const View& x, Tensor& y, int threads);
+void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, int threads);
+// y = a op b (b a view of the same region) or a op constant (per-channel, scalar or full).
+void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads);
+void activation(const Activation& act, const View& x, Tensor& y, int threads);
+void affine(const Node& n, const View& x, Tensor& y, int threads);
+void concat(const std::vector<View>& xs, Tensor& y, int threads);
+void split(const Node& n, const View& x, std::vector<Tensor*>& ys, int threads);
+void gemm(const Node& n, const Tensor& x, Tensor& y, int threads);
+void softmax(const Tensor& x, Tensor& y);
+void copy_reshape(const Tensor& x, Tensor& y);  // flatten / reshape: same elements, new shape
+
+}  // namespace tandem::cnn::kernels

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: cache_attention over caches whose blocks are not all f32 (f16 blocks): each block's K
+// and V rows are widened to f32 in a per-thread scratch, then scored and folded into the online
+// softmax like f32 blocks. cache_attention (model_attention.cpp) forwards to it when the cache's
+// dtype is not f32; same contract as cache_attention in model.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "tandem/core/tensor.h"
+#include "tandem/llm/kv_cache.h"
+
+namespace tandem::llm {
+
+void cache_attention_widened(const Tensor& q, std::span<const int32_t> positions,
+                             const KvCache& cache, int layer, Tensor& out, float scale);
+
+}  // namespace tandem::llm

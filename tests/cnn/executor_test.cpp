@@ -1,0 +1,342 @@
+// SPDX-License-Identifier: Apache-2.0
+// Per-op checks of the executor against plain loops (and the core's reference conv), the memory
+// plan, and the region algebra's formulas, dominator cuts and error paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cnn_test_util.h"
+#include "region_check.h"
+#include "tandem/cnn/executor.h"
+#include "tandem/cnn/region.h"
+#include "tandem/core/error.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::cnn {
+namespace {
+
+using testing::random_tensor;
+using testing::scaled_max_error;
+
+// A graph of one node over one input.
+Graph single(const Shape& in, Node n, int outputs = 1) {
+  Graph g;
+  const int x = g.add_tensor("x", in);
+  g.add_input(x);
+  n.inputs = {x};
+  for (int i = 0; i < outputs; ++i) {
+    const int y = g.add_tensor("y" + std::to_string(i));
+    n.outputs.push_back(y);
+    g.add_output(y);
+  }
+  if (n.name.empty()) n.name = "n";
+  g.add_node(std::move(n));
+  g.infer_shapes();
+  return g;
+}
+
+struct ConvCase {
+  int c, o, kh, kw, s, d, groups, pt, pl, pb, pr;
+  ActKind act;
+};
+
+class ConvOp : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvOp, MatchesReferenceConvPlusActivation) {
+  const ConvCase k = GetParam();
+  Node n;
+  n.op = OpKind::kConv;
+  n.window = {k.kh, k.kw, k.s, k.s, k.d, k.d, k.pt, k.pl, k.pb, k.pr};
+  n.groups = k.groups;
+  n.weight = random_tensor({k.o, k.c / k.groups, k.kh, k.kw}, 1, 0.3f);
+  n.bias = random_tensor({k.o}, 2);
+  n.act = {k.act, 0.1f, 0.0f};
+  if (k.act == ActKind::kClip) n.act = {k.act, 0.0f, 0.5f};
+  const Graph g = single({2, k.c, 11, 9}, n);
+  const Tensor x = random_tensor({2, k.c, 11, 9}, 3);
+  Tensor ref = Tensor::empty(g.tensor(g.outputs()[0]).shape, DType::kF32);
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = k.s;
+  p.dilation_h = p.dilation_w = k.d;
+  p.pad_top = k.pt, p.pad_left = k.pl, p.pad_bottom = k.pb, p.pad_right = k.pr;
+  p.groups = k.groups;
+  ops::cpu_reference_kernels().conv2d(x, n.weight, n.bias, ref, p, nullptr);
+  float* r = ref.data<float>();
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const float v = r[i];
+    switch (k.act) {
+      case ActKind::kRelu:
+        r[i] = std::max(v, 0.0f);
+        break;
+      case ActKind::kLeakyRelu:
+        r[i] = v > 0 ? v : 0.1f * v;
+        break;
+      case ActKind::kClip:
+        r[i] = std::min(std::max(v, 0.0f), 0.5f);
+        break;
+      case ActKind::kSigmoid:
+        r[i] = 1.0f / (1.0f + std::exp(-v));
+        break;
+      case ActKind::kSilu:
+        r[i] = v / (1.0f + std::exp(-v));
+        break;
+      case ActKind::kNone:
+        break;
+    }
+  }
+  for (bool onednn : {true, false}) {
+    for (int threads : {1, 2}) {
+      Executor ex(g, {.threads = threads, .use_onednn = onednn});
+      EXPECT_LE(scaled_max_error(ex.run({x})[0], ref), 2e-5)
+          << "onednn " << onednn << " threads " << threads;
+    }
+  }
+  // Row bands of this conv from their input rows alone are the full result's rows, bit for bit.
+  EXPECT_EQ(testing::check_random_regions(g, x, 6, 5), 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cnn, ConvOp,
+    ::testing::Values(ConvCase{4, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, ActKind::kRelu},
+                      ConvCase{4, 6, 3, 3, 2, 1, 1, 0, 1, 2, 0, ActKind::kNone},  // asymmetric
+                      ConvCase{6, 6, 3, 3, 1, 2, 6, 2, 2, 2, 2, ActKind::kClip},  // dw, dilated
+                      ConvCase{4, 8, 1, 5, 1, 1, 2, 0, 2, 0, 2, ActKind::kLeakyRelu},  // 1x5
+                      ConvCase{3, 5, 5, 1, 2, 1, 1, 2, 0, 2, 0, ActKind::kSigmoid},    // 5x1
+                      ConvCase{8, 16, 1, 1, 1, 1, 1, 0, 0, 0, 0, ActKind::kSilu},
+                      ConvCase{3, 4, 7, 7, 2, 1, 1, 3, 3, 3, 3, ActKind::kRelu}));
+
+// Plain-loop pooling in full coordinates (ONNX semantics incl. ceil mode and count_include_pad).
+Tensor naive_pool(const Tensor& x, const Window& w, bool is_max, const Shape& out) {
+  Tensor y = Tensor::empty(out, DType::kF32);
+  const int64_t H = x.size(2), W = x.size(3);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  for (int64_t p = 0; p < out[0] * out[1]; ++p)
+    for (int64_t oy = 0; oy < out[2]; ++oy)
+      for (int64_t ox = 0; ox < out[3]; ++ox) {
+        double acc = is_max ? -INFINITY : 0.0;
+        int cnt = 0;
+        for (int ky = 0; ky < w.kh; ++ky)
+          for (int kx = 0; kx < w.kw; ++kx) {
+            const int64_t iy = oy * w.sh - w.pt + ky * w.dh, ix = ox * w.sw - w.pl + kx * w.dw;
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+              const float v = xp[(p * H + iy) * W + ix];
+              acc = is_max ? std::max<double>(acc, v) : acc + v;
+              ++cnt;
+            } else if (w.count_include_pad && iy < H + w.pb && ix < W + w.pr) {
+              ++cnt;
+            }
+          }
+        yp[(p * out[2] + oy) * out[3] + ox] = static_cast<float>(is_max ? acc : acc / cnt);
+      }
+  return y;
+}
+
+TEST(CnnOps, PoolsMatchPlainLoops) {
+  const Tensor x = random_tensor({1, 3, 10, 9}, 4);
+  for (bool is_max : {true, false})
+    for (bool ceil : {false, true})
+      for (bool include : {false, true}) {
+        Node n;
+        n.op = is_max ? OpKind::kMaxPool : OpKind::kAveragePool;
+        n.window = {3, 3, 2, 2, 1, 1, 1, 0, 1, 0, ceil, include};
+        const Graph g = single(x.shape(), n);
+        const Shape out = g.tensor(g.outputs()[0]).shape;
+        EXPECT_EQ(out[2], ceil ? 6 : 5);
+        Executor ex(g);
+        EXPECT_LE(scaled_max_error(ex.run({x})[0], naive_pool(x, n.window, is_max, out)), 1e-6)
+            << "max " << is_max << " ceil " << ceil << " include_pad " << include;
+        EXPECT_EQ(testing::check_random_regions(g, x, 6, 3), 6);
+      }
+}
+
+TEST(CnnOps, ResizeConcatSplitGlobalPool) {
+  const Tensor x = random_tensor({2, 4, 3, 5}, 5);
+  Node r;
+  r.op = OpKind::kResize;
+  r.scale_h = 2;
+  r.scale_w = 3;
+  const Graph g = single(x.shape(), r);
+  const Tensor y = Executor(g).run({x})[0];
+  ASSERT_EQ(y.shape(), Shape({2, 4, 6, 15}));
+  const float* xp = x.data<float>();
+  const float* yp = y.data<float>();
+  for (int64_t p = 0; p < 8; ++p)
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 15; ++j)
+        ASSERT_EQ(yp[(p * 6 + i) * 15 + j], xp[(p * 3 + i / 2) * 5 + j / 3]);
+
+  Node s;
+  s.op = OpKind::kSplit;
+  s.split = {1, 3};
+  const Graph gs = single(x.shape(), s, 2);
+  const auto parts = Executor(gs).run({x});
+  EXPECT_TRUE(testing::bit_equal(parts[0], x.slice(1, 0, 1)));
+  EXPECT_TRUE(testing::bit_equal(parts[1], x.slice(1, 1, 4)));
+
+  Graph gc;  // concat(split(x)) in swapped order
+  const int xi = gc.add_tensor("x", x.shape());
+  gc.add_input(xi);
+  const int a = gc.add_tensor("a"), b = gc.add_tensor("b"), c = gc.add_tensor("c");
+  Node sp = s;
+  sp.name = "split";
+  sp.inputs = {xi};
+  sp.outputs = {a, b};
+  gc.add_node(sp);
+  Node cat;
+  cat.name = "cat";
+  cat.op = OpKind::kConcat;
+  cat.inputs = {b, a};
+  cat.outputs = {c};
+  gc.add_node(cat);
+  gc.add_output(c);
+  gc.infer_shapes();
+  const Tensor z = Executor(gc).run({x})[0];
+  EXPECT_TRUE(testing::bit_equal(z.slice(1, 0, 3), x.slice(1, 1, 4)));
+  EXPECT_TRUE(testing::bit_equal(z.slice(1, 3, 4), x.slice(1, 0, 1)));
+
+  Node gp;
+  gp.op = OpKind::kGlobalAveragePool;
+  const Tensor m = Executor(single(x.shape(), gp)).run({x})[0];
+  for (int64_t p = 0; p < 8; ++p) {
+    double sum = 0;
+    for (int64_t i = 0; i < 15; ++i) sum += xp[p * 15 + i];
+    EXPECT_NEAR(m.data<float>()[p], sum / 15, 1e-5);
+  }
+}
+
+TEST(CnnOps, GemmAndSoftmax) {
+  const Tensor x = random_tensor({3, 7}, 6);
+  Node n;
+  n.op = OpKind::kGemm;
+  n.weight = random_tensor({5, 7}, 7);
+  n.bias = random_tensor({5}, 8);
+  n.act.kind = ActKind::kRelu;
+  const Tensor y = Executor(single(x.shape(), n)).run({x})[0];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double acc = n.bias.data<float>()[j];
+      for (int k = 0; k < 7; ++k)
+        acc += static_cast<double>(x.data<float>()[i * 7 + k]) * n.weight.data<float>()[j * 7 + k];
+      EXPECT_NEAR(y.data<float>()[i * 5 + j], std::max(acc, 0.0), 1e-5);
+    }
+  Node s;
+  s.op = OpKind::kSoftmax;
+  s.axis = -1;
+  const Tensor p = Executor(single(x.shape(), s)).run({x})[0];
+  for (int i = 0; i < 3; ++i) {
+    double sum = 0;
+    for (int j = 0; j < 7; ++j) sum += p.data<float>()[i * 7 + j];
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+TEST(CnnOps, BadInputsAreRejected) {
+  Node n;
+  n.op = OpKind::kActivation;
+  n.act.kind = ActKind::kRelu;
+  const Graph g = single({1, 2, 3, 3}, n);
+  Executor ex(g);
+  EXPECT_THROW(ex.run({}), InvalidArgument);
+  EXPECT_THROW(ex.run({random_tensor({1, 2, 3, 4}, 1)}), InvalidArgument);
+  EXPECT_THROW(Executor(g, {.threads = 0}), InvalidArgument);
+  // A tile that does not cover what the node reads.
+  EXPECT_THROW(
+      ex.run_region({0}, {{g.inputs()[0], Tile{random_tensor({1, 2, 1, 3}, 1), {0, 1, 0, 3}}}},
+                    {{g.outputs()[0], Region{0, 2, 0, 3}}}),
+      InvalidArgument);
+}
+
+// --- region algebra ------------------------------------------------------------------------------
+
+// conv 3x3 s2 p1 -> relu -> (+ skip through 1x1 s2) -> add: a residual block.
+Graph residual_block() {
+  Graph g;
+  const int x = g.add_tensor("x", {1, 2, 16, 12});
+  g.add_input(x);
+  const int a = g.add_tensor("a"), b = g.add_tensor("b"), c = g.add_tensor("c"),
+            y = g.add_tensor("y"), z = g.add_tensor("z");
+  Node c1;
+  c1.name = "c1";
+  c1.op = OpKind::kConv;
+  c1.window = {3, 3, 2, 2, 1, 1, 1, 1, 1, 1};
+  c1.weight = random_tensor({4, 2, 3, 3}, 1, 0.3f);
+  c1.inputs = {x};
+  c1.outputs = {a};
+  g.add_node(c1);
+  Node c2 = c1;
+  c2.name = "c2";
+  c2.window = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  c2.weight = random_tensor({4, 4, 3, 3}, 2, 0.3f);
+  c2.inputs = {a};
+  c2.outputs = {b};
+  g.add_node(c2);
+  Node sk = c1;
+  sk.name = "skip";
+  sk.window = {1, 1, 2, 2, 1, 1, 0, 0, 0, 0};
+  sk.weight = random_tensor({4, 2, 1, 1}, 3, 0.3f);
+  sk.inputs = {x};
+  sk.outputs = {c};
+  g.add_node(sk);
+  Node add;
+  add.name = "add";
+  add.op = OpKind::kAdd;
+  add.inputs = {b, c};
+  add.outputs = {y};
+  g.add_node(add);
+  Node up;
+  up.name = "up";
+  up.op = OpKind::kResize;
+  up.scale_h = up.scale_w = 2;
+  up.inputs = {y};
+  up.outputs = {z};
+  g.add_node(up);
+  g.add_output(z);
+  g.infer_shapes();
+  return g;
+}
+
+TEST(CnnRegion, ConvPoolResizeFormulas) {
+  const Graph g = residual_block();
+  // c1: k3 s2 p1 on H=16: rows [2,5) of the output read [2*2-1, 4*2-1+2+1) = [3, 10).
+  EXPECT_EQ(input_region(g, 0, 0, {2, 5, 0, 6}), (Region{3, 10, 0, 12}));
+  // Clamped at the border: output row 0 reads from -1 -> 0 (with one row of real padding).
+  EXPECT_EQ(input_region(g, 0, 0, {0, 1, 0, 1}), (Region{0, 2, 0, 2}));
+  const EdgePads p = edge_pads(g.node(0).window, g.tensor(0).shape, {0, 1, 5, 6});
+  EXPECT_EQ(p.top, 1);
+  EXPECT_EQ(p.left, 0);
+  EXPECT_EQ(p.right, 0);  // output col 5 reads cols 9..11: all real
+  EXPECT_EQ(p.bottom, 0);
+  // Nearest x2: output rows [3, 8) come from [1, 4).
+  EXPECT_EQ(input_region(g, 4, 0, {3, 8, 0, 12}), (Region{1, 4, 0, 6}));
+}
+
+TEST(CnnRegion, RequiredRegionIsTheHullOverConsumers) {
+  const Graph g = residual_block();
+  const int z = g.outputs()[0];
+  const auto need = required_regions(g, all_nodes(g), {{z, Region{6, 10, 0, 12}}});
+  const int x = g.inputs()[0];
+  // y rows [3,5); b rows [3,5) -> a rows [2,6) -> x rows [3,12) through c1; the skip reads
+  // x rows [6,9]; the hull is [3,12).
+  EXPECT_EQ(need[g.find_tensor("y")], (Region{3, 5, 0, 6}));
+  EXPECT_EQ(need[g.find_tensor("a")], (Region{2, 6, 0, 6}));
+  EXPECT_EQ(need[x], (Region{3, 12, 0, 12}));
+}
+
+TEST(CnnRegion, CutTensorsAreTheDominators) {
+  const Graph g = residual_block();
+  const auto cuts = cut_tensors(g);
+  std::vector<std::string> names;
+  for (int t : cuts) names.push_back(g.tensor(t).name);
+  // a, b and c are bypassed by the other branch; x, y and z are on every path.
+  EXPECT_EQ(names, (std::vector<std::string>{"x", "y", "z"}));
+  EXPECT_EQ(nodes_between(g, g.find_tensor("x"), g.find_tensor("y")),
+            (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_THROW(nodes_between(g, g.find_tensor("a"), g.find_tensor("y")), InvalidArgument);
+  const Tensor in = random_tensor({1, 2, 16, 12}, 9);
+  EXPECT_EQ(testing::check_random_regions(g, in, 40, 1), 40);
+}
+
+}  // namespace
+}  // namespace tandem::cnn
