@@ -5,6 +5,7 @@
 //
 //   tandem rec-serve --model rm2 --clients 16 --duration 5 --policy stream-pool -o json
 //   tandem rec-serve --model din --rate 50 --policy dynamic-batch --trace din.trace.json
+//   tandem rec-serve --model rm2 --device cuda:0 --clients 8 --policy stream-pool
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,6 +37,7 @@ struct RecServeOptions {
   std::string table_dtype;
   std::string table_dir;
   std::string size_quantiles;
+  std::string device = "cpu";
   double size_sd = 4;
   int clients = 1;
   int streams = 4;
@@ -81,6 +83,13 @@ int run_rec_serve(const RecServeOptions& o) {
                    : !o.table_dir.empty() ? RecModel::generate_mapped(cfg, o.table_dir)
                                           : RecModel::generate(cfg);
   if (!o.save_weights.empty()) model.save(o.save_weights);
+  const Device device = Device::parse(o.device);
+  if (!device.is_cpu()) {
+    if (o.cache_rows > 0)
+      throw InvalidArgument("--cache-rows applies to CPU lookups only, not to --device " +
+                            device.to_string());
+    model.to(device);
+  }
   if (o.cache_rows > 0) model.set_cache_rows(o.cache_rows);
 
   WorkloadOptions w;
@@ -110,7 +119,12 @@ int run_rec_serve(const RecServeOptions& o) {
   for (int i = 0; i < std::max(1, o.pool); ++i)
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
 
-  CpuExecutor ex;
+  std::unique_ptr<Executor> executor;
+  if (device.is_cpu())
+    executor = std::make_unique<CpuExecutor>();
+  else
+    executor = std::make_unique<DeviceExecutor>(device);
+  Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
   PolicyOptions po;
@@ -144,6 +158,7 @@ int run_rec_serve(const RecServeOptions& o) {
                          {{"model", cfg.name},
                           {"kind", to_string(cfg.kind)},
                           {"policy", o.policy},
+                          {"device", device.to_string()},
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
                           {"streams", o.streams},
@@ -195,6 +210,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   auto o = std::make_shared<RecServeOptions>();
   CLI::App* sub = app.add_subcommand(
       "rec-serve", "Serve a recommendation model (DLRM, WnD, DIN, BST) to concurrent clients");
+  sub->add_option("--device", o->device,
+                  "cpu or cuda:N (the model's weights and tables are copied there)")
+      ->capture_default_str();
   sub->add_option("-m,--model", o->model,
                   "Zoo name (rm1, rm2, rm3, wnd, din, bst, ...) or JSON file")
       ->capture_default_str();

@@ -274,15 +274,25 @@ QueryState RecModel::make_state(const QueryInputs& in) const {
   return st;
 }
 
-void RecModel::run_node(int id, QueryState& st, int max_threads) const {
+void RecModel::run_node(int id, QueryState& st, int max_threads, Stream* stream) const {
   if (id < 0 || id >= num_nodes())
     throw InvalidArgument(cat("model '", impl_->cfg.name, "': no node ", id));
-  st.values[id] = impl_->nodes[id].run(st, max_threads);
+  if (!impl_->ops_path)
+    st.values[id] = impl_->nodes[id].run(st, max_threads);
+  else
+    st.values[id] = impl_->run_on_device(id, st, stream ? stream : st.stream);
 }
+
+void RecModel::to(Device device, bool ops_path_on_cpu) {
+  impl_->to_device(device, ops_path_on_cpu);
+}
+Device RecModel::device() const { return impl_->device; }
 
 std::vector<float> RecModel::scores(const QueryState& st) const {
   const Tensor& t = st.values[impl_->order.back()];
   if (!t.defined()) throw InvalidArgument("scores(): the output node has not run");
+  if (st.stream) st.stream->synchronize();  // the output node's work may still be queued
+  if (!t.device().is_cpu()) return t.to(Device::cpu()).to_float_vector();
   const float* p = t.data<float>();
   return std::vector<float>(p, p + t.numel());
 }

@@ -123,6 +123,11 @@ void RecModel::Impl::build_nodes() {
       for (int i : ins) parts.push_back(&st.values[i]);
       return concat_rows(parts, rows_of(st));
     };
+    n.run_dev = [ins](const QueryState& st, Stream* strm) {
+      std::vector<const Tensor*> parts;
+      for (int i : ins) parts.push_back(&st.values[i]);
+      return dev_concat(parts, rows_of(st), strm);
+    };
     return add(std::move(n));
   };
   // A chain of linear layers "prefix.i" over `seq_rows` rows per query row (DIN attention: L).
@@ -150,6 +155,11 @@ void RecModel::Impl::build_nodes() {
         return linear(x.reshape({x.numel() / in, in}), self->w(name + ".weight"),
                       self->w(name + ".bias"), relu);
       };
+      n.run_dev = [self, name, in, prev, relu](const QueryState& st, Stream* strm) {
+        const Tensor& x = st.values[prev];
+        return dev_linear(x.reshape({x.numel() / in, in}), self->dw(name + ".weight"),
+                          self->dw(name + ".bias"), relu, nullptr, strm);
+      };
       prev = add(std::move(n));
       in = out;
     }
@@ -170,6 +180,9 @@ void RecModel::Impl::build_nodes() {
       if (rows * d > 0)
         std::memcpy(t.raw_data(), st.inputs->dense.data(), sizeof(float) * rows * d);
       return t;
+    };
+    n.run_dev = [self, d](const QueryState& st, Stream* strm) {
+      return dev_upload(st.inputs->dense.data(), {rows_of(st), d}, self->device, strm);
     };
     return add(std::move(n));
   };
@@ -199,6 +212,10 @@ void RecModel::Impl::build_nodes() {
                     st.inputs->offsets[t].data(), rows, mode, out.data<float>(), tc.dim,
                     self->caches.empty() ? nullptr : self->caches[t].get(), max_threads);
         return out;
+      };
+      n.run_dev = [self, t, tc, mode](const QueryState& st, Stream* strm) {
+        return dev_bags(self->dev_tables[t], tc.hash, table_salt(tc.name), st.inputs->ids[t].data(),
+                        st.inputs->offsets[t].data(), rows_of(st), mode, strm);
       };
       ids.push_back(add(std::move(n)));
     }
@@ -310,6 +327,18 @@ void RecModel::Impl::build_nodes() {
         }
         return out;
       };
+      n.run_dev = [self, dense, tcs, mode](const QueryState& st, Stream* strm) {
+        const int64_t rows = rows_of(st);
+        Tensor out = dev_linear(st.values[dense], self->dw("wide.dense.weight"),
+                                self->dw("wide.dense.bias"), false, nullptr, strm);
+        for (size_t t = 0; t < tcs.size(); ++t) {
+          const Tensor col =
+              dev_bags(self->dev_wide_tables[t], tcs[t].hash, table_salt(tcs[t].name),
+                       st.inputs->ids[t].data(), st.inputs->offsets[t].data(), rows, mode, strm);
+          ops::add(out, col, out, strm);
+        }
+        return out;
+      };
       const int wide = add(std::move(n));
       sigmoid_node({logit, wide});
     }
@@ -344,6 +373,9 @@ void RecModel::Impl::build_nodes() {
       gather_items(self->item_tables, itc, st.inputs->item_ids, rows, out.data<float>(), di, mt);
       return out;
     };
+    cand.run_dev = [self, itc](const QueryState& st, Stream* strm) {
+      return dev_gather_items(self->dev_item_tables, itc, st.inputs->item_ids, rows_of(st), strm);
+    };
     const int cnode = add(std::move(cand));
     NodeDef sq;
     sq.name = "seq";
@@ -357,6 +389,11 @@ void RecModel::Impl::build_nodes() {
       Tensor out = Tensor::empty({rows, L, di}, DType::kF32);
       gather_items(self->item_tables, itc, st.inputs->seq_ids, rows * L, out.data<float>(), di, mt);
       return out;
+    };
+    sq.run_dev = [self, itc, di, L](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      return dev_gather_items(self->dev_item_tables, itc, st.inputs->seq_ids, rows * L, strm)
+          .reshape({rows, L, di});
     };
     const int snode = add(std::move(sq));
     NodeDef ai;
@@ -410,6 +447,15 @@ void RecModel::Impl::build_nodes() {
           for (int64_t e = 0; e < di; ++e) o[r * di + e] += a[r * L + l] * s[(r * L + l) * di + e];
       return out;
     };
+    // u[r] = a[r] (as [1, L]) @ s[r] ([L, di]): one batched GEMM over the rows.
+    pool.run_dev = [score, snode, di, L](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      Tensor out = Tensor::empty({rows, 1, di}, DType::kF32, st.values[snode].device());
+      if (rows > 0)
+        ops::batched_gemm(st.values[score].reshape({rows, 1, L}),
+                          st.values[snode].reshape({rows, L, di}), out, {}, strm);
+      return out.reshape({rows, di});
+    };
     const int u = add(std::move(pool));
     std::vector<int> ins = front;
     ins.push_back(u);
@@ -445,6 +491,21 @@ void RecModel::Impl::build_nodes() {
     const float* pos = self->w("pos_emb").data<float>();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < T * di; ++i) o[r * T * di + i] += pos[i];
+    return out;
+  };
+  sq.run_dev = [self, itc, di, L, T](const QueryState& st, Stream* strm) {
+    const int64_t rows = rows_of(st);
+    std::vector<std::vector<int64_t>> ids(itc.size());
+    for (size_t k = 0; k < itc.size(); ++k) {
+      ids[k].resize(static_cast<size_t>(rows * T));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(st.inputs->seq_ids[k].begin() + r * L, L, ids[k].begin() + r * T);
+        ids[k][r * T + L] = st.inputs->item_ids[k][r];
+      }
+    }
+    Tensor out =
+        dev_gather_items(self->dev_item_tables, itc, ids, rows * T, strm).reshape({rows, T, di});
+    ops::add(out, self->dw("pos_emb").reshape({T, di}), out, strm);
     return out;
   };
   const int x = add(std::move(sq));
@@ -490,6 +551,24 @@ void RecModel::Impl::build_nodes() {
     }
     return out;
   };
+  // Per row: q, k, v are column blocks of the row's [T, 3d] projections (made contiguous), the
+  // attention writes the row's block of the output in place.
+  mha.run_dev = [qkv, T, H, dh](const QueryState& st, Stream* strm) {
+    const int64_t rows = rows_of(st), d = H * dh;
+    const Tensor& src = st.values[qkv];
+    Tensor out = Tensor::empty({rows * T, d}, DType::kF32, src.device());
+    ops::AttentionParams p;
+    p.causal = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      const Tensor row = src.slice(0, r * T, (r + 1) * T);
+      Tensor part[3];
+      for (int i = 0; i < 3; ++i)
+        part[i] = dev_contiguous(row.slice(1, i * d, (i + 1) * d), strm).reshape({T, H, dh});
+      Tensor o = out.slice(0, r * T, (r + 1) * T).reshape({T, H, dh});
+      ops::attention(part[0], part[1], part[2], o, p, nullptr, strm);
+    }
+    return out;
+  };
   const int att = add(std::move(mha));
   auto residual_linear = [&](const std::string& name, const std::string& wname, int in_node,
                              int res_node, int64_t in, int64_t out) {
@@ -509,6 +588,11 @@ void RecModel::Impl::build_nodes() {
       return linear(xin.reshape({xin.numel() / in, in}), self->w(wname + ".weight"),
                     self->w(wname + ".bias"), false, &st.values[res_node]);
     };
+    n.run_dev = [self, wname, in_node, res_node, in](const QueryState& st, Stream* strm) {
+      const Tensor& xin = st.values[in_node];
+      return dev_linear(xin.reshape({xin.numel() / in, in}), self->dw(wname + ".weight"),
+                        self->dw(wname + ".bias"), false, &st.values[res_node], strm);
+    };
     return add(std::move(n));
   };
   auto norm = [&](const std::string& name, int in_node) {
@@ -525,6 +609,13 @@ void RecModel::Impl::build_nodes() {
       Tensor y = Tensor::empty({xin.numel() / di, di}, DType::kF32);
       ops::layer_norm(xin.reshape({xin.numel() / di, di}), self->w(name + ".weight"),
                       self->w(name + ".bias"), y);
+      return y;
+    };
+    n.run_dev = [self, name, in_node, di](const QueryState& st, Stream* strm) {
+      const Tensor& xin = st.values[in_node];
+      Tensor y = Tensor::empty({xin.numel() / di, di}, DType::kF32, xin.device());
+      ops::layer_norm(xin.reshape({xin.numel() / di, di}), self->dw(name + ".weight"),
+                      self->dw(name + ".bias"), y, {}, strm);
       return y;
     };
     return add(std::move(n));

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "tandem/core/graph.h"
+#include "tandem/core/stream.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
 #include "tandem/recsys/config.h"
@@ -77,7 +78,10 @@ TANDEM_API CostClass classify(const OpNode& node, const CostClassOptions& opt = 
 struct QueryState {
   const QueryInputs* inputs = nullptr;
   std::vector<Tensor> values;  // indexed by node id
-  std::exception_ptr error;    // set by an executor when a node failed (later nodes are skipped)
+  // For a model on a device: the default stream of the model's device its nodes enqueue on
+  // (nullptr: each op runs synchronously; run_node may name another). Values are device tensors.
+  Stream* stream = nullptr;
+  std::exception_ptr error;  // set by an executor when a node failed (later nodes are skipped)
 };
 
 class TANDEM_API RecModel {
@@ -106,13 +110,27 @@ class TANDEM_API RecModel {
 
   QueryState make_state(const QueryInputs& in) const;
   // Runs one node (its inputs must have run). `max_threads` caps its intra-op threads (0 = the
-  // CPU default).
-  void run_node(int id, QueryState& st, int max_threads = 0) const;
-  // The scores of the last node (rows values).
+  // CPU default). On a device the node's work is enqueued on `stream` (a stream of the model's
+  // device; nullptr: st.stream), and the output is complete once that stream reaches it.
+  void run_node(int id, QueryState& st, int max_threads = 0, Stream* stream = nullptr) const;
+  // The scores of the last node (rows values). Synchronizes st.stream first when it is set;
+  // copies them from a device.
   std::vector<float> scores(const QueryState& st) const;
   // Checks the inputs against the config (sizes, id ranges); InvalidArgument naming the table.
   void validate(const QueryInputs& in) const;
   std::vector<float> forward(const QueryInputs& in) const;
+
+  // Moves the model to `device` (cpu or cuda:N): dense weights and every embedding table are
+  // copied there (tables as ops::embedding_bag tensors; int8 rows as u8 [rows, dim + 8]; a mapped
+  // table is read whole). Afterwards run_node computes on the device: embedding bags and gathers
+  // through ops::embedding_bag, MLP layers, concatenations, layer norms, DIN's attention pooling
+  // and BST's attention through ops; DLRM's dot interaction, DIN's attention input, the wide
+  // part's sum and the final sigmoid copy their inputs to the host, compute there and copy back.
+  // Hot-row caches apply to CPU lookups only. Not thread-safe: call it while no query runs.
+  // ops_path_on_cpu (with the CPU device): run that same device code on the CPU backend's ops
+  // instead of the CPU nodes, which checks the device path on a machine without a GPU.
+  void to(Device device, bool ops_path_on_cpu = false);
+  Device device() const;
 
   // Embedding tables (for statistics, benchmarks and caches).
   const std::vector<EmbeddingTable>& tables() const;
