@@ -61,6 +61,22 @@ struct RecModel::Impl {
   void build_nodes();  // model_nodes.cpp
 };
 
+// ---- CPU helpers of the nodes (model_host.cpp).
+// Pooled lookups of `rows` bags of one table into out (row stride `stride`), chunks of bags over
+// at most max_threads threads (0 = the CPU default).
+void lookup_bags(const EmbeddingTable& t, bool hashed, uint64_t salt, const int64_t* ids,
+                 const int64_t* offsets, int64_t rows, Pooling mode, float* out, int64_t stride,
+                 HotRowCache* cache, int max_threads);
+// out [n, sum of widths] = concat over item tables of row(ids_k[i]).
+void gather_items(const std::vector<EmbeddingTable>& tabs, const std::vector<TableConfig>& cfgs,
+                  const std::vector<std::vector<int64_t>>& ids, int64_t n, float* out,
+                  int64_t stride, int max_threads);
+// Concatenates per-row outputs (each flattened after dim 0) into [rows, sum of widths].
+Tensor concat_rows(const std::vector<const Tensor*>& parts, int64_t rows);
+// y [n, out] = x [n, in] W^T + b (+ residual) (ReLU when relu).
+Tensor linear(const Tensor& x2d, const Tensor& w, const Tensor& b, bool relu,
+              const Tensor* residual = nullptr);
+
 // ---- device helpers (model_device.cpp); all work is enqueued on s (nullptr: synchronous).
 // y [n, out] = x W^T + b (+ residual) (ReLU when relu), on x's device.
 Tensor dev_linear(const Tensor& x2d, const Tensor& w, const Tensor& b, bool relu,
