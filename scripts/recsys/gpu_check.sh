@@ -26,11 +26,11 @@ echo "== rec-serve --device cuda:0 (model $model, ${secs}s per run)"
 for policy in fcfs stream-pool; do
   for clients in 1 8; do
     "$build/bin/tandem" rec-serve --device cuda:0 --model "$model" --policy "$policy" \
-      --clients "$clients" --duration "$secs" --warmup 0.5 --table-budget 2048 |
+      --clients "$clients" --duration "$secs" --warmup 0.5 --table-budget 512 |
       grep -E '^\| ' | tail -n 1 || status=1
   done
 done
 echo "== the same on the CPU, for comparison"
 "$build/bin/tandem" rec-serve --device cpu --model "$model" --policy stream-pool --clients 8 \
-  --duration "$secs" --warmup 0.5 --table-budget 2048 | grep -E '^\| ' | tail -n 1 || status=1
+  --duration "$secs" --warmup 0.5 --table-budget 512 | grep -E '^\| ' | tail -n 1 || status=1
 exit $status
