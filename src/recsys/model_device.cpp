@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// RecModel on a device (cuda:0): copies of the weights and tables, the device helpers the nodes
-// use (linear layers, concatenation, embedding bags through ops::embedding_bag), and the host
-// fallback for the few nodes that have no device implementation (they copy their inputs to the
-// host, run the CPU code and copy the output back, on the query's stream).
+// RecModel on a device (cuda:0): copies of the weights and tables, and the device helpers the
+// nodes use (linear layers, concatenation, embedding bags through ops::embedding_bag, uploads).
 #include <cstring>
 
 #include "recsys/model_impl.h"
@@ -60,14 +58,10 @@ void RecModel::Impl::to_device(Device d, bool ops_on_cpu) {
 
 Tensor RecModel::Impl::run_on_device(int id, QueryState& st, Stream* s) const {
   const NodeDef& n = nodes[id];
-  if (n.run_dev) return n.run_dev(st, s);
-  // Host fallback: inputs to the host, the CPU code, the output back to the device.
-  QueryState host;
-  host.inputs = st.inputs;
-  host.values.resize(st.values.size());
-  for (int i : n.inputs) host.values[i] = st.values[i].to(Device::cpu(), s);
-  if (s) s->synchronize();
-  return n.run(host, 1).to(device, s);
+  if (!n.run_dev)
+    throw Unsupported(
+        cat("model '", cfg.name, "': node '", n.name, "' has no device implementation"));
+  return n.run_dev(st, s);
 }
 
 Tensor dev_upload(const float* values, const Shape& shape, Device d, Stream* s) {

@@ -28,8 +28,8 @@ struct NodeDef {
   std::vector<int> inputs;
   std::function<OpNode(int64_t q)> cost;  // graph node for q rows (costs only)
   std::function<Tensor(const QueryState&, int max_threads)> run;  // returns values[id]
-  // The same on the model's device (inputs and output on it, work on st.stream); empty: run_node
-  // copies the inputs to the host, runs `run` there and copies the output back (model_device.cpp).
+  // The same on the model's device through tandem::ops (inputs and output on it, work enqueued on
+  // the stream; nullptr: synchronous). Every node has one (model_device.cpp).
   std::function<Tensor(const QueryState&, Stream*)> run_dev;
 };
 

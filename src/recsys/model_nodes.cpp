@@ -170,6 +170,23 @@ void RecModel::Impl::build_nodes() {
       }
       return out;
     };
+    // Device: z = sum of the inputs; sigmoid(z) = softmax([0, z])[1], so one softmax over [rows, 2]
+    // rows and a column copy.
+    n.run_dev = [ins](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      const Device dev = st.values[ins.front()].device();
+      Tensor z = st.values[ins.front()].reshape({rows, 1});
+      for (size_t k = 1; k < ins.size(); ++k) {
+        Tensor sum = Tensor::empty({rows, 1}, DType::kF32, dev);
+        ops::add(z, st.values[ins[k]].reshape({rows, 1}), sum, strm);
+        z = sum;
+      }
+      const std::vector<float> zeros(static_cast<size_t>(rows), 0.0f);
+      const Tensor zero = dev_upload(zeros.data(), {rows, 1}, dev, strm);
+      Tensor pair = dev_concat({&zero, &z}, rows, strm);
+      ops::softmax(pair, pair, strm);
+      return dev_contiguous(pair.slice(1, 1, 2), strm);
+    };
     return add(std::move(n));
   };
   int64_t user_width = 0;
@@ -216,6 +233,22 @@ void RecModel::Impl::build_nodes() {
             }
         }
         return out;
+      };
+      // Device: Z = [x, e_1..e_T] as [rows, nf, d], G = Z Z^T (one batched GEMM), then row i of
+      // G's strict lower triangle (G[:, i, 0:i]) for i = 1..nf-1 after x.
+      n.run_dev = [ins, nf, d](const QueryState& st, Stream* strm) {
+        const int64_t rows = rows_of(st);
+        std::vector<const Tensor*> zs;
+        for (int i : ins) zs.push_back(&st.values[i]);
+        const Tensor z = dev_concat(zs, rows, strm).reshape({rows, nf, d});
+        Tensor g = Tensor::empty({rows, nf, nf}, DType::kF32, z.device());
+        ops::batched_gemm(z, z, g, {.trans_b = true}, strm);
+        std::vector<Tensor> tri;
+        for (int64_t i = 1; i < nf; ++i)
+          tri.push_back(dev_contiguous(g.select(1, i).slice(1, 0, i), strm));
+        std::vector<const Tensor*> parts = {zs.front()};
+        for (const Tensor& t : tri) parts.push_back(&t);
+        return dev_concat(parts, rows, strm);
       };
       top_in = add(std::move(n));
     } else {
@@ -353,6 +386,22 @@ void RecModel::Impl::build_nodes() {
           }
         }
       return out;
+    };
+    // Device: c repeated over the L behaviours by a batched GEMM with a column of ones (exact:
+    // one product 1 * c per element), then s - c and s * c elementwise, then the concatenation.
+    ai.run_dev = [snode, cnode, di, L](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      const Tensor& s = st.values[snode];
+      const Device dev = s.device();
+      const std::vector<float> ones(static_cast<size_t>(rows * L), 1.0f);
+      Tensor c = Tensor::empty({rows, L, di}, DType::kF32, dev);
+      ops::batched_gemm(dev_upload(ones.data(), {rows, L, 1}, dev, strm),
+                        st.values[cnode].reshape({rows, 1, di}), c, {}, strm);
+      Tensor diff = Tensor::empty({rows, L, di}, DType::kF32, dev);
+      Tensor prod = Tensor::empty({rows, L, di}, DType::kF32, dev);
+      ops::binary(ops::BinaryOp::kSub, s, c, diff, strm);
+      ops::mul(s, c, prod, strm);
+      return dev_concat({&s, &c, &diff, &prod}, rows * L, strm);
     };
     const int ain = add(std::move(ai));
     std::vector<int64_t> aw = c.attention_mlp;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device path of the recommender models (RecModel::to) run on the CPU backend's ops: the same
-// node code a GPU runs (embedding bags through ops::embedding_bag, MLPs, concatenation, attention,
-// host fallbacks) must give the CPU nodes' scores.
+// node code a GPU runs (embedding bags through ops::embedding_bag, MLPs, concatenation, the dot
+// interaction, attention, the softmax sigmoid) must give the CPU nodes' scores; and the
+// DeviceExecutor over CPU streams.
 #include <atomic>
 #include <chrono>
 #include <thread>

@@ -144,7 +144,7 @@ class TANDEM_API CpuExecutor final : public Executor {
 // executor stream is a pair: a host queue (a CPU stream) that issues the stream's ops in order,
 // and a stream of the device (create_stream(device)) that the ops of those nodes are enqueued on,
 // so the host queue does not wait for the device except where a node needs host data (index
-// checks, host fallbacks). host() callbacks and record() first wait until the device stream has
+// checks). host() callbacks and record() first wait until the device stream has
 // drained, so a callback sees finished outputs and an event completes only after the device work
 // before it: wait() then orders the host queues, which orders the device work they issue. With a
 // tracer each op's span includes its device time (the host queue synchronizes the device stream

@@ -122,13 +122,14 @@ class TANDEM_API RecModel {
 
   // Moves the model to `device` (cpu or cuda:N): dense weights and every embedding table are
   // copied there (tables as ops::embedding_bag tensors; int8 rows as u8 [rows, dim + 8]; a mapped
-  // table is read whole). Afterwards run_node computes on the device: embedding bags and gathers
-  // through ops::embedding_bag, MLP layers, concatenations, layer norms, DIN's attention pooling
-  // and BST's attention through ops; DLRM's dot interaction, DIN's attention input, the wide
-  // part's sum and the final sigmoid copy their inputs to the host, compute there and copy back.
-  // Hot-row caches apply to CPU lookups only. Not thread-safe: call it while no query runs.
-  // ops_path_on_cpu (with the CPU device): run that same device code on the CPU backend's ops
-  // instead of the CPU nodes, which checks the device path on a machine without a GPU.
+  // table is read whole). Afterwards run_node computes every node on the device through ops:
+  // embedding bags and item gathers with ops::embedding_bag (the query's ids and offsets are
+  // uploaded; hashed ids are hashed on the host first), MLP layers, concatenations, DLRM's dot
+  // interaction (a batched GEMM), DIN's attention input and pooling, BST's attention and norms,
+  // and the sigmoid (a softmax over [0, z]). Hot-row caches apply to CPU lookups only. Not
+  // thread-safe: call it while no query runs. ops_path_on_cpu (with the CPU device): run that same
+  // device code on the CPU backend's ops instead of the CPU nodes, which checks the device path on
+  // a machine without a GPU.
   void to(Device device, bool ops_path_on_cpu = false);
   Device device() const;
 
