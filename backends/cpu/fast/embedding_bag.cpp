@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fast embedding_bag: bags are split over the OpenMP team (work sized by the bytes read); each bag
-// accumulates its rows in f32, row by row in index order, then scales by 1/size for the mean.
+// accumulates its rows in f32, row by row in index order (prefetching the rows a few indices
+// ahead), then scales by 1/size for the mean.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -12,6 +13,8 @@
 
 namespace tandem::cpu::fast {
 namespace {
+
+constexpr int64_t kPrefetch = 8;  // indices ahead
 
 template <class I>
 void pool_bags(const Tensor& table, int64_t dim, const I* idx, const int64_t* off, int64_t bags,
@@ -26,13 +29,20 @@ void pool_bags(const Tensor& table, int64_t dim, const I* idx, const int64_t* of
       float* acc = out + b * dim;
       std::fill(acc, acc + dim, 0.0f);
       for (int64_t i = off[b]; i < off[b + 1]; ++i) {
+        // Rows are random accesses: ask for the row kPrefetch indices ahead now.
+        if (i + kPrefetch < off[bags]) {
+          const uint8_t* next = base + static_cast<int64_t>(idx[i + kPrefetch]) * rb;
+          for (int64_t o = 0; o < rb; o += 64) __builtin_prefetch(next + o);
+        }
         const uint8_t* row = base + static_cast<int64_t>(idx[i]) * rb;
         if (t == DType::kF32) {
-          const auto* v = reinterpret_cast<const float*>(row);
-          for (int64_t j = 0; j < dim; ++j) acc[j] += v[j];
+          const float* __restrict v = reinterpret_cast<const float*>(row);
+          float* __restrict a = acc;
+          for (int64_t j = 0; j < dim; ++j) a[j] += v[j];
         } else if (t == DType::kF16) {
-          const auto* v = reinterpret_cast<const uint16_t*>(row);
-          for (int64_t j = 0; j < dim; ++j) acc[j] += f16_to_f32(v[j]);
+          const uint16_t* __restrict v = reinterpret_cast<const uint16_t*>(row);
+          float* __restrict a = acc;
+          for (int64_t j = 0; j < dim; ++j) a[j] += f16_to_f32(v[j]);
         } else {
           float scale, bias;
           std::memcpy(&scale, row + dim, 4);
