@@ -74,16 +74,17 @@ int run_rec_serve(const RecServeOptions& o) {
     scale = cfg.fit_tables(static_cast<int64_t>(o.table_budget_mib * (1 << 20)));
   }
   if (o.query_size > 0) cfg.query_size = o.query_size;
-  std::fprintf(stderr, "rec-serve: model %s (%s), tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
-               cfg.name.c_str(), to_string(cfg.kind), cfg.table_bytes() / 1048576.0, scale,
-               full_bytes / 1048576.0);
+  const Device device = Device::parse(o.device);
+  std::fprintf(stderr,
+               "rec-serve: model %s (%s) on %s, tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
+               cfg.name.c_str(), to_string(cfg.kind), device.to_string().c_str(),
+               cfg.table_bytes() / 1048576.0, scale, full_bytes / 1048576.0);
   if (!o.table_dir.empty() && !o.weights.empty())
     throw InvalidArgument("--table-dir and --weights exclude each other");
   RecModel model = !o.weights.empty()     ? RecModel::load(cfg, o.weights)
                    : !o.table_dir.empty() ? RecModel::generate_mapped(cfg, o.table_dir)
                                           : RecModel::generate(cfg);
   if (!o.save_weights.empty()) model.save(o.save_weights);
-  const Device device = Device::parse(o.device);
   if (!device.is_cpu()) {
     if (o.cache_rows > 0)
       throw InvalidArgument("--cache-rows applies to CPU lookups only, not to --device " +
