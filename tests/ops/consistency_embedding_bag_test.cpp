@@ -3,6 +3,7 @@
 // i32 and i64 indices and offsets, sum and mean pooling, odd widths, empty bags (zeros, also for
 // the mean), no bags at all, and bad index data (an index outside the table, offsets that do not
 // start at 0, decrease or miss the end) rejected with InvalidArgument before anything runs.
+#include <memory>
 #include <random>
 
 #include "consistency_common.h"
@@ -143,6 +144,33 @@ TANDEM_OPS_TEST(EmbeddingBag, BadIndexDataThrowsInvalidArgument) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("index 10 at position 1"), std::string::npos) << e.what();
   }
+}
+
+// On a stream of the device: the result after synchronize() equals the reference, and bad index
+// data still throw at the call (the index check waits for the stream's earlier work).
+TANDEM_OPS_TEST(EmbeddingBag, OnAStream) {
+  TANDEM_OPS_PROLOGUE();
+  std::unique_ptr<Stream> stream = create_stream(test_device());
+  std::vector<int64_t> idx, off;
+  make_bags(40, 200, 9, 77, idx, off);
+  const Tensor table = make_table(200, 24, DType::kU8, 78);
+  const Tensor indices = index_tensor(idx, DType::kI64), offsets = index_tensor(off, DType::kI32);
+  Tensor want = Tensor::empty({40, 24}, DType::kF32);
+  reference().embedding_bag(table, indices, offsets, want, ops::BagMode::kMean, nullptr);
+  const Tensor dev_table = table.to(test_device(), stream.get());
+  const Tensor dev_idx = indices.to(test_device(), stream.get());
+  const Tensor dev_off = offsets.to(test_device(), stream.get());
+  Tensor out = Tensor::empty({40, 24}, DType::kF32, test_device());
+  ops::embedding_bag(dev_table, dev_idx, dev_off, out, ops::BagMode::kMean, stream.get());
+  stream->synchronize();
+  expect_close(out.to(Device::cpu()), want, kBagTol, "embedding_bag on a stream");
+  std::vector<int64_t> bad = idx;
+  bad.back() = 200;
+  const Tensor dev_bad = index_tensor(bad, DType::kI64).to(test_device(), stream.get());
+  EXPECT_THROW(
+      ops::embedding_bag(dev_table, dev_bad, dev_off, out, ops::BagMode::kSum, stream.get()),
+      InvalidArgument);
+  stream->synchronize();
 }
 
 TANDEM_OPS_TEST(EmbeddingBag, BadShapesAndDtypesThrowInvalidArgument) {
