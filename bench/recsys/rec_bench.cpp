@@ -2,7 +2,8 @@
 // Recsys macro benchmark. Writes one JSON document to stdout (progress on stderr):
 //   curves     for each model and policy, closed-loop load at each client count: p50/p95/p99
 //              latency, throughput, queue and service times (the latency-vs-load curves)
-//   embedding  pooled-lookup GB/s (bytes of the rows read) per table dtype and thread count,
+//   embedding  pooled-lookup GB/s (bytes of the rows read) per table dtype and thread count, of
+//              the embedding store and of the core op ops::embedding_bag on the same lookups,
 //              next to the STREAM-triad bandwidth measured in the same run
 //   mlp        MLP-layer GFLOP/s of zoo shapes next to the FMA peak measured in the same run
 // Never asserts timings. scripts/recsys/plot_recsys.py draws docs/results/ from the JSON.
@@ -86,6 +87,23 @@ nlohmann::json bench_embedding(int64_t table_mib, const std::vector<int>& thread
         }
       });
       const double bytes = double(bags * pooling * EmbeddingTable::row_bytes(dt, dim));
+      // The same lookups through the core op ops::embedding_bag (CPU fast kernel, th threads).
+      const int saved_threads = cpu_num_threads();
+      set_cpu_num_threads(th);
+      const Tensor table = Tensor::from_blob(const_cast<uint8_t*>(t.row_data(0)),
+                                             {rows, dt == DType::kI8 ? dim + 8 : dim},
+                                             dt == DType::kI8 ? DType::kU8 : dt);
+      const Tensor offsets = Tensor::from_vector(off, {bags + 1}, DType::kI64);
+      Tensor pooled = Tensor::empty({bags, dim}, DType::kF32);
+      std::vector<Tensor> idx_sets;
+      for (const auto& set : id_sets)
+        idx_sets.push_back(Tensor::from_vector(set, {bags * pooling}, DType::kI64));
+      int op_rep = 0;
+      const double op_s =
+          best_of(kReps, [&] { ops::embedding_bag(table, idx_sets[op_rep++], offsets, pooled); });
+      set_cpu_num_threads(saved_threads);
+      std::fprintf(stderr, "ops::embedding_bag %s x%d: %.2f GB/s\n",
+                   std::string(dtype_name(dt)).c_str(), th, bytes / op_s / 1e9);
       out.push_back({{"dtype", std::string(dtype_name(dt))},
                      {"threads", th},
                      {"table_bytes", t.bytes()},
@@ -93,7 +111,9 @@ nlohmann::json bench_embedding(int64_t table_mib, const std::vector<int>& thread
                      {"dim", dim},
                      {"seconds", s},
                      {"gb_per_s", bytes / s / 1e9},
-                     {"lookups_per_s", double(bags * pooling) / s}});
+                     {"lookups_per_s", double(bags * pooling) / s},
+                     {"op_seconds", op_s},
+                     {"op_gb_per_s", bytes / op_s / 1e9}});
       std::fprintf(stderr, "embedding %s x%d: %.2f GB/s\n", std::string(dtype_name(dt)).c_str(), th,
                    bytes / s / 1e9);
     }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fast/fast_ops.h"
+#include "fast/isa.h"
 #include "fast/parallel.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
@@ -25,6 +26,7 @@ void pool_bags(const Tensor& table, int64_t dim, const I* idx, const int64_t* of
   const int64_t bytes = off[bags] * rb;
   const int64_t chunk = 32, chunks = (bags + chunk - 1) / chunk;
   parallel_for(chunks, parallel_threads(0, bytes, cpu_num_threads()), [&](int64_t c, int) {
+    std::vector<float> buf(t == DType::kF16 ? static_cast<size_t>(dim) : 0);
     for (int64_t b = c * chunk; b < std::min(bags, (c + 1) * chunk); ++b) {
       float* acc = out + b * dim;
       std::fill(acc, acc + dim, 0.0f);
@@ -40,9 +42,10 @@ void pool_bags(const Tensor& table, int64_t dim, const I* idx, const int64_t* of
           float* __restrict a = acc;
           for (int64_t j = 0; j < dim; ++j) a[j] += v[j];
         } else if (t == DType::kF16) {
-          const uint16_t* __restrict v = reinterpret_cast<const uint16_t*>(row);
+          isa().dequantize_row(DType::kF16, row, buf.data(), dim);  // exact, vectorised
+          const float* __restrict v = buf.data();
           float* __restrict a = acc;
-          for (int64_t j = 0; j < dim; ++j) a[j] += f16_to_f32(v[j]);
+          for (int64_t j = 0; j < dim; ++j) a[j] += v[j];
         } else {
           float scale, bias;
           std::memcpy(&scale, row + dim, 4);
