@@ -205,6 +205,39 @@ class CudaKernels final : public ops::OpKernels {
     sc.finish({table, ids, out});
   }
 
+  // Indices and offsets are copied to the host and checked first (the CPU contract:
+  // InvalidArgument for an index outside [0, rows) or bad offsets). On a caller's stream this waits
+  // for the work queued before the op.
+  void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets, Tensor& out,
+                     ops::BagMode mode, Stream* s) override {
+    OpScope sc(b_, out, s, "embedding_bag");
+    const int64_t n = indices.numel(), bags = offsets.numel() - 1;
+    std::vector<uint8_t> host_idx(static_cast<size_t>(indices.nbytes()));
+    std::vector<uint8_t> host_off(static_cast<size_t>(offsets.nbytes()));
+    if (!host_idx.empty())
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_idx.data(), indices.raw_data(), host_idx.size(),
+                                        cudaMemcpyDeviceToHost, sc.stream()));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_off.data(), offsets.raw_data(), host_off.size(),
+                                      cudaMemcpyDeviceToHost, sc.stream()));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(sc.stream()));
+    ops::check_embedding_bag_indices(host_idx.data(), indices.dtype(), n, host_off.data(),
+                                     offsets.dtype(), bags, table.size(0));
+    k::EmbeddingBagArgs a;
+    a.table_dtype = table.dtype();
+    a.table = table.raw_data();
+    a.rows = table.size(0);
+    a.dim = ops::embedding_bag_dim(table);
+    a.indices = indices.raw_data();
+    a.offsets = offsets.raw_data();
+    a.indices_64 = indices.dtype() == DType::kI64 ? 1 : 0;
+    a.offsets_64 = offsets.dtype() == DType::kI64 ? 1 : 0;
+    a.bags = bags;
+    a.mean = mode == ops::BagMode::kMean ? 1 : 0;
+    a.out = ptr<float>(out);
+    TANDEM_CUDA_CHECK(k::embedding_bag(a, sc.stream()));
+    sc.finish({table, indices, offsets, out});
+  }
+
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                  const ops::AttentionParams& p, Tensor* probs, Stream* s) override {
     OpScope sc(b_, out, s, "attention");

@@ -2,7 +2,8 @@
 // Recsys macro benchmark. Writes one JSON document to stdout (progress on stderr):
 //   curves     for each model and policy, closed-loop load at each client count: p50/p95/p99
 //              latency, throughput, queue and service times (the latency-vs-load curves)
-//   embedding  pooled-lookup GB/s (bytes of the rows read) per table dtype and thread count,
+//   embedding  pooled-lookup GB/s (bytes of the rows read) per table dtype and thread count, of
+//              the embedding store and of the core op ops::embedding_bag on the same lookups,
 //              next to the STREAM-triad bandwidth measured in the same run
 //   mlp        MLP-layer GFLOP/s of zoo shapes next to the FMA peak measured in the same run
 // Never asserts timings. scripts/recsys/plot_recsys.py draws docs/results/ from the JSON.
@@ -86,6 +87,23 @@ nlohmann::json bench_embedding(int64_t table_mib, const std::vector<int>& thread
         }
       });
       const double bytes = double(bags * pooling * EmbeddingTable::row_bytes(dt, dim));
+      // The same lookups through the core op ops::embedding_bag (CPU fast kernel, th threads).
+      const int saved_threads = cpu_num_threads();
+      set_cpu_num_threads(th);
+      const Tensor table = Tensor::from_blob(const_cast<uint8_t*>(t.row_data(0)),
+                                             {rows, dt == DType::kI8 ? dim + 8 : dim},
+                                             dt == DType::kI8 ? DType::kU8 : dt);
+      const Tensor offsets = Tensor::from_vector(off, {bags + 1}, DType::kI64);
+      Tensor pooled = Tensor::empty({bags, dim}, DType::kF32);
+      std::vector<Tensor> idx_sets;
+      for (const auto& set : id_sets)
+        idx_sets.push_back(Tensor::from_vector(set, {bags * pooling}, DType::kI64));
+      int op_rep = 0;
+      const double op_s =
+          best_of(kReps, [&] { ops::embedding_bag(table, idx_sets[op_rep++], offsets, pooled); });
+      set_cpu_num_threads(saved_threads);
+      std::fprintf(stderr, "ops::embedding_bag %s x%d: %.2f GB/s\n",
+                   std::string(dtype_name(dt)).c_str(), th, bytes / op_s / 1e9);
       out.push_back({{"dtype", std::string(dtype_name(dt))},
                      {"threads", th},
                      {"table_bytes", t.bytes()},
@@ -93,7 +111,9 @@ nlohmann::json bench_embedding(int64_t table_mib, const std::vector<int>& thread
                      {"dim", dim},
                      {"seconds", s},
                      {"gb_per_s", bytes / s / 1e9},
-                     {"lookups_per_s", double(bags * pooling) / s}});
+                     {"lookups_per_s", double(bags * pooling) / s},
+                     {"op_seconds", op_s},
+                     {"op_gb_per_s", bytes / op_s / 1e9}});
       std::fprintf(stderr, "embedding %s x%d: %.2f GB/s\n", std::string(dtype_name(dt)).c_str(), th,
                    bytes / s / 1e9);
     }
@@ -138,6 +158,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem recsys benchmark: latency-vs-load curves, lookup GB/s, MLP GFLOP/s"};
   std::string models = "rm2,wnd,din,bst", clients = "1,2,4,8,16,32,64";
   std::string policies = "fcfs,stream-pool,instances,dynamic-batch";
+  std::string rates;  // open-loop Poisson rates (queries/s); empty = closed loop only
   double duration = 1.0, warmup = 0.2, table_budget_mib = 256;
   int64_t query_size = 0, emb_table_mib = 512;
   int streams = 4;
@@ -145,6 +166,7 @@ int main(int argc, char** argv) {
   app.add_option("--models", models, "Zoo models")->capture_default_str();
   app.add_option("--clients", clients, "Client counts")->capture_default_str();
   app.add_option("--policies", policies, "Policies")->capture_default_str();
+  app.add_option("--rates", rates, "Also open loop at these Poisson rates (queries/s)");
   app.add_option("--duration", duration, "Seconds per point")->capture_default_str();
   app.add_option("--warmup", warmup, "Warm-up seconds per point")->capture_default_str();
   app.add_option("--streams", streams, "Streams / instances")->capture_default_str();
@@ -197,7 +219,11 @@ int main(int argc, char** argv) {
         std::vector<std::shared_ptr<const QueryInputs>> pool;
         for (int i = 0; i < 32; ++i) pool.push_back(std::make_shared<QueryInputs>(f.make(i)));
         for (const auto& pol : split_list<std::string>(policies)) {
-          for (int n : split_list<int>(clients)) {
+          // Closed-loop points (clients > 0), then open-loop points (rate_qps > 0).
+          std::vector<std::pair<int, double>> points;
+          for (int n : split_list<int>(clients)) points.emplace_back(n, 0.0);
+          for (double r : split_list<double>(rates)) points.emplace_back(0, r);
+          for (const auto& [n, rate] : points) {
             CpuExecutor ex;
             PolicyOptions po;
             po.policy = pol;
@@ -206,7 +232,8 @@ int main(int argc, char** argv) {
             po.max_queue_delay_us = 2000;
             auto policy = make_policy(model, ex, po);
             LoadOptions lo;
-            lo.clients = n;
+            lo.clients = std::max(n, 1);
+            lo.rate_qps = rate;
             lo.duration_s = duration;
             lo.warmup_s = warmup;
             const LoadStats s = run_load(*policy, pool, lo);
@@ -216,9 +243,11 @@ int main(int argc, char** argv) {
             r["rows_scale"] = scale;
             r["query_size"] = cfg.query_size;
             curves.push_back(r);
-            std::fprintf(stderr, "%s %s %2d clients: %.1f QPS, p50 %.1f ms, p99 %.1f ms\n",
-                         name.c_str(), pol.c_str(), n, s.throughput_qps, s.latency_ms.p50,
-                         s.latency_ms.p99);
+            std::fprintf(stderr, "%s %s %s: %.1f QPS, p50 %.1f ms, p99 %.1f ms\n", name.c_str(),
+                         pol.c_str(),
+                         rate > 0 ? ("open " + std::to_string(rate) + "/s").c_str()
+                                  : (std::to_string(n) + " clients").c_str(),
+                         s.throughput_qps, s.latency_ms.p50, s.latency_ms.p99);
           }
         }
       }

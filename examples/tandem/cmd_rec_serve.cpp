@@ -5,7 +5,12 @@
 //
 //   tandem rec-serve --model rm2 --clients 16 --duration 5 --policy stream-pool -o json
 //   tandem rec-serve --model din --rate 50 --policy dynamic-batch --trace din.trace.json
+//   tandem rec-serve --model rm2 --device cuda:0 --clients 8 --policy stream-pool
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -30,6 +35,10 @@ struct RecServeOptions {
   std::string index_dist = "zipf";
   std::string size_dist = "fixed";
   std::string table_dtype;
+  std::string table_dir;
+  std::string size_quantiles;
+  std::string device = "cpu";
+  double size_sd = 4;
   int clients = 1;
   int streams = 4;
   int threads = 0;
@@ -61,28 +70,62 @@ int run_rec_serve(const RecServeOptions& o) {
   if (o.rows_scale > 0) {
     cfg.scale_rows(o.rows_scale);
     scale = o.rows_scale;
-  } else {
+  } else if (o.table_dir.empty()) {
     scale = cfg.fit_tables(static_cast<int64_t>(o.table_budget_mib * (1 << 20)));
   }
   if (o.query_size > 0) cfg.query_size = o.query_size;
-  std::fprintf(stderr, "rec-serve: model %s (%s), tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
-               cfg.name.c_str(), to_string(cfg.kind), cfg.table_bytes() / 1048576.0, scale,
-               full_bytes / 1048576.0);
-  RecModel model = o.weights.empty() ? RecModel::generate(cfg) : RecModel::load(cfg, o.weights);
+  const Device device = Device::parse(o.device);
+  std::fprintf(stderr,
+               "rec-serve: model %s (%s) on %s, tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
+               cfg.name.c_str(), to_string(cfg.kind), device.to_string().c_str(),
+               cfg.table_bytes() / 1048576.0, scale, full_bytes / 1048576.0);
+  if (!o.table_dir.empty() && !o.weights.empty())
+    throw InvalidArgument("--table-dir and --weights exclude each other");
+  RecModel model = !o.weights.empty()     ? RecModel::load(cfg, o.weights)
+                   : !o.table_dir.empty() ? RecModel::generate_mapped(cfg, o.table_dir)
+                                          : RecModel::generate(cfg);
   if (!o.save_weights.empty()) model.save(o.save_weights);
+  if (!device.is_cpu()) {
+    if (o.cache_rows > 0)
+      throw InvalidArgument("--cache-rows applies to CPU lookups only, not to --device " +
+                            device.to_string());
+    model.to(device);
+  }
   if (o.cache_rows > 0) model.set_cache_rows(o.cache_rows);
 
   WorkloadOptions w;
   w.index.dist = parse_index_dist(o.index_dist);
   w.index.zipf_s = o.zipf_s;
   w.size.dist = parse_size_dist(o.size_dist);
+  w.size.stddev = o.size_sd;
+  if (!o.size_quantiles.empty()) {
+    // One size per whitespace-separated token (MLPerf's dist_quantile.txt style).
+    std::ifstream f(o.size_quantiles);
+    if (!f) throw IoError(cat("cannot open '", o.size_quantiles, "'"));
+    std::string tok;
+    while (f >> tok) {
+      char* end = nullptr;
+      const double v = std::strtod(tok.c_str(), &end);
+      if (end == tok.c_str() || *end != '\0' || !(v >= 1) || v > double(int64_t{1} << 24))
+        throw ParseError(o.size_quantiles, -1, cat("bad query size '", tok, "'"));
+      w.size.quantiles.push_back(static_cast<int64_t>(std::llround(v)));
+    }
+    if (w.size.quantiles.empty()) throw ParseError(o.size_quantiles, 0, "no query sizes");
+    w.size.dist = SizeDist::kQuantiles;
+    w.size.max = *std::max_element(w.size.quantiles.begin(), w.size.quantiles.end());
+  }
   w.seed = o.seed;
   QueryFactory factory(cfg, w);
   std::vector<std::shared_ptr<const QueryInputs>> pool;
   for (int i = 0; i < std::max(1, o.pool); ++i)
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
 
-  CpuExecutor ex;
+  std::unique_ptr<Executor> executor;
+  if (device.is_cpu())
+    executor = std::make_unique<CpuExecutor>();
+  else
+    executor = std::make_unique<DeviceExecutor>(device);
+  Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
   PolicyOptions po;
@@ -116,6 +159,7 @@ int run_rec_serve(const RecServeOptions& o) {
                          {{"model", cfg.name},
                           {"kind", to_string(cfg.kind)},
                           {"policy", o.policy},
+                          {"device", device.to_string()},
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
                           {"streams", o.streams},
@@ -128,8 +172,16 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"table_dtype", std::string(dtype_name(cfg.table_dtype))},
                           {"threads", cpu_num_threads()}}},
                         {"results", s.to_json()}};
-    if (!caches.empty()) j["results"]["cache_hit_rate"] = hit;
-    if (!o.trace.empty()) j["trace"] = o.trace;
+    if (!caches.empty()) {
+      j["results"]["cache_hit_rate"] = hit;
+      nlohmann::json per = nlohmann::json::object();
+      for (size_t t = 0; t < caches.size(); ++t) per[cfg.tables[t].name] = caches[t].hit_rate();
+      j["results"]["cache_hit_rate_per_table"] = per;
+    }
+    if (!o.trace.empty()) {
+      j["trace"] = o.trace;
+      j["results"]["mean_overlapping_ops"] = tracer.mean_overlap();
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return s.errors ? 1 : 0;
   }
@@ -147,8 +199,10 @@ int run_rec_serve(const RecServeOptions& o) {
               s.measured_s, static_cast<long long>(s.errors));
   if (!caches.empty()) std::printf(", hot-row cache hit rate %.1f%%", 100 * hit);
   if (!o.trace.empty())
-    std::printf("; trace: %s (%zu ops, open in chrome://tracing or ui.perfetto.dev)",
-                o.trace.c_str(), tracer.size());
+    std::printf(
+        "; trace: %s (%zu ops, %.2f running at once on average; open in "
+        "chrome://tracing or ui.perfetto.dev)",
+        o.trace.c_str(), tracer.size(), tracer.mean_overlap());
   std::printf("\n");
   return s.errors ? 1 : 0;
 }
@@ -157,6 +211,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   auto o = std::make_shared<RecServeOptions>();
   CLI::App* sub = app.add_subcommand(
       "rec-serve", "Serve a recommendation model (DLRM, WnD, DIN, BST) to concurrent clients");
+  sub->add_option("--device", o->device,
+                  "cpu or cuda:N (the model's weights and tables are copied there)")
+      ->capture_default_str();
   sub->add_option("-m,--model", o->model,
                   "Zoo name (rm1, rm2, rm3, wnd, din, bst, ...) or JSON file")
       ->capture_default_str();
@@ -185,6 +242,11 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--size-dist", o->size_dist, "Query sizes: fixed, normal, lognormal, uniform")
       ->check(CLI::IsMember({"fixed", "normal", "lognormal", "uniform"}))
       ->capture_default_str();
+  sub->add_option("--size-sd", o->size_sd, "normal: sd of the size; lognormal: sd of its log")
+      ->capture_default_str();
+  sub->add_option("--size-quantiles", o->size_quantiles,
+                  "File of equally likely query sizes (e.g. MLPerf's 100-700 quantiles)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--index-dist", o->index_dist, "Embedding ids: uniform, zipf, stack")
       ->check(CLI::IsMember({"uniform", "zipf", "stack"}))
       ->capture_default_str();
@@ -196,6 +258,9 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--table-dtype", o->table_dtype, "Table storage: f32, f16, i8")
       ->check(CLI::IsMember({"f32", "f16", "i8"}));
+  sub->add_option(
+      "--table-dir", o->table_dir,
+      "Keep the tables in .temb files here, mapped (full zoo sizes unless --rows-scale)");
   sub->add_option("--weights", o->weights, "Load weights from this safetensors file")
       ->check(CLI::ExistingFile);
   sub->add_option("--save-weights", o->save_weights, "Write the weights as safetensors");

@@ -290,6 +290,72 @@ void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, cons
   kernels_for(out).paged_attention(q, q_positions, kv, out, scale, s);
 }
 
+int64_t embedding_bag_dim(const Tensor& table) {
+  if (table.rank() != 2) return 0;
+  return table.dtype() == DType::kU8 ? table.size(1) - 8 : table.size(1);
+}
+
+namespace {
+int64_t index_at(const void* p, DType t, int64_t i) {
+  return t == DType::kI64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+}  // namespace
+
+void check_embedding_bag_indices(const void* indices, DType index_dtype, int64_t n,
+                                 const void* offsets, DType offset_dtype, int64_t bags,
+                                 int64_t rows) {
+  const char* op = "embedding_bag";
+  TANDEM_NEED(index_at(offsets, offset_dtype, 0) == 0, op,
+              cat("offsets[0] must be 0, got ", index_at(offsets, offset_dtype, 0)));
+  for (int64_t b = 0; b < bags; ++b) {
+    const int64_t lo = index_at(offsets, offset_dtype, b);
+    const int64_t hi = index_at(offsets, offset_dtype, b + 1);
+    TANDEM_NEED(hi >= lo, op, cat("offsets decrease at bag ", b, " (", lo, " then ", hi, ")"));
+  }
+  TANDEM_NEED(index_at(offsets, offset_dtype, bags) == n, op,
+              cat("offsets[", bags, "] must equal the ", n, " indices, got ",
+                  index_at(offsets, offset_dtype, bags)));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = index_at(indices, index_dtype, i);
+    TANDEM_NEED(id >= 0 && id < rows, op,
+                cat("index ", id, " at position ", i, " outside [0, ", rows, ")"));
+  }
+}
+
+void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets, Tensor& out,
+                   BagMode mode, Stream* s) {
+  const char* op = "embedding_bag";
+  need_defined(table, op, "table");
+  need_defined(indices, op, "indices");
+  need_defined(offsets, op, "offsets");
+  need_defined(out, op, "out");
+  same_device(op, out, {&table, &indices, &offsets});
+  for (auto [t, n] :
+       {std::pair{&table, "table"}, {&indices, "indices"}, {&offsets, "offsets"}, {&out, "out"}})
+    need_contig(*t, op, n);
+  TANDEM_NEED(
+      table.dtype() == DType::kF32 || table.dtype() == DType::kF16 || table.dtype() == DType::kU8,
+      op, cat("table must be f32, f16 or u8 (row-wise int8), got ", dtype_name(table.dtype())));
+  TANDEM_NEED(table.rank() == 2, op, cat("table must be [rows, dim], got ", table.to_string()));
+  const int64_t dim = embedding_bag_dim(table);
+  TANDEM_NEED(
+      dim >= 0, op,
+      cat("a u8 (row-wise int8) table needs rows of dim + 8 bytes, got ", table.to_string()));
+  for (auto [t, n] : {std::pair{&indices, "indices"}, {&offsets, "offsets"}}) {
+    TANDEM_NEED(t->dtype() == DType::kI32 || t->dtype() == DType::kI64, op,
+                cat(n, " must be i32 or i64, got ", dtype_name(t->dtype())));
+    TANDEM_NEED(t->rank() == 1, op, cat(n, " must be rank 1, got ", t->shape().to_string()));
+  }
+  TANDEM_NEED(offsets.size(0) >= 1, op, "offsets needs bags + 1 >= 1 entries");
+  need_f32(out, op, "out");
+  const int64_t bags = offsets.size(0) - 1;
+  TANDEM_NEED((out.shape() == Shape{bags, dim}), op,
+              cat("out must be [", bags, ", ", dim, "], got ", out.shape().to_string()));
+  TANDEM_NEED(mode == BagMode::kSum || mode == BagMode::kMean, op,
+              cat("unknown pooling mode ", static_cast<int>(mode)));
+  kernels_for(out).embedding_bag(table, indices, offsets, out, mode, s);
+}
+
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   const char* op = "conv2d";
   TANDEM_NEED(x.rank() == 4 && w.rank() == 4, op,

@@ -97,10 +97,21 @@ nlohmann::json ModelConfig::to_json() const {
 
 namespace {
 
+// A positive integer no larger than `max` (keeps sizes far from int64 overflow).
+int64_t bounded(const JsonField& f, int64_t max) {
+  const int64_t v = f.positive_integer();
+  if (v > max) f.fail(cat("at most ", max, ", got ", v));
+  return v;
+}
+
+constexpr int64_t kMaxWidth = int64_t{1} << 20;
+constexpr int64_t kMaxRows = int64_t{1} << 40;
+
 std::vector<int64_t> widths(const JsonField& f) {
   std::vector<int64_t> out;
   const size_t n = f.array_size();
-  for (size_t i = 0; i < n; ++i) out.push_back(f[i].positive_integer());
+  if (n > 64) f.fail(cat("at most 64 layers, got ", n));
+  for (size_t i = 0; i < n; ++i) out.push_back(bounded(f[i], kMaxWidth));
   return out;
 }
 
@@ -112,9 +123,9 @@ std::vector<TableConfig> parse_tables(const JsonField& f, const std::string& pre
     const JsonField e = f[i];
     e.expect_object({"rows", "count", "dim", "pooling", "hash"});
     TableConfig t;
-    t.rows = e.at("rows").positive_integer();
-    t.dim = e.has("dim") ? e.at("dim").positive_integer() : default_dim;
-    t.pooling = e.has("pooling") ? e.at("pooling").positive_integer() : default_pooling;
+    t.rows = bounded(e.at("rows"), kMaxRows);
+    t.dim = e.has("dim") ? bounded(e.at("dim"), 65536) : default_dim;
+    t.pooling = e.has("pooling") ? bounded(e.at("pooling"), 65536) : default_pooling;
     t.hash = e.has("hash") ? e.at("hash").boolean() : false;
     if (t.dim <= 0) e.fail("no 'dim' and no model 'embedding_dim'");
     const int64_t count = e.has("count") ? e.at("count").positive_integer() : 1;
@@ -152,13 +163,16 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
     kind.fail(cat("unknown model kind '", k, "' (dlrm, wnd, din, bst)"));
   const bool seq = c.kind == ModelKind::kDin || c.kind == ModelKind::kBst;
   if (f.has("description")) c.description = f.at("description").string();
-  if (f.has("dense_features")) c.dense_features = f.at("dense_features").non_negative_integer();
+  if (f.has("dense_features")) {
+    c.dense_features = f.at("dense_features").non_negative_integer();
+    if (c.dense_features > kMaxWidth) f.at("dense_features").fail(cat("at most ", kMaxWidth));
+  }
   if (f.has("bottom_mlp")) c.bottom_mlp = widths(f.at("bottom_mlp"));
   c.top_mlp = widths(f.at("top_mlp"));
   if (c.top_mlp.empty() || c.top_mlp.back() != 1)
     f.at("top_mlp").fail("the top MLP must end with a layer of width 1");
-  const int64_t dim = f.has("embedding_dim") ? f.at("embedding_dim").positive_integer() : 0;
-  const int64_t pooling = f.has("pooling") ? f.at("pooling").positive_integer() : 1;
+  const int64_t dim = f.has("embedding_dim") ? bounded(f.at("embedding_dim"), 65536) : 0;
+  const int64_t pooling = f.has("pooling") ? bounded(f.at("pooling"), 65536) : 1;
   if (f.has("pooling_mode")) {
     const JsonField pm = f.at("pooling_mode");
     const std::string s = pm.string();
@@ -193,7 +207,7 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
     else
       in.fail(cat("unknown interaction '", s, "' (dot, cat)"));
   }
-  if (f.has("query_size")) c.query_size = f.at("query_size").positive_integer();
+  if (f.has("query_size")) c.query_size = bounded(f.at("query_size"), int64_t{1} << 24);
   if (f.has("seed")) c.seed = static_cast<uint64_t>(f.at("seed").non_negative_integer());
   auto only = [&](const char* key, bool allowed, const char* who) {
     if (f.has(key) && !allowed) f.at(key).fail(cat("only ", who, " models have '", key, "'"));
@@ -207,12 +221,12 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
     c.item_tables = parse_tables(f.at("item_tables"), "item", dim, 1);
     if (c.item_tables.empty()) f.at("item_tables").fail("need at least one item table");
     for (auto& t : c.item_tables) t.pooling = 1;
-    c.seq_len = f.at("seq_len").positive_integer();
+    c.seq_len = bounded(f.at("seq_len"), 65536);
   }
   if (c.kind == ModelKind::kDin) c.attention_mlp = widths(f.at("attention_mlp"));
   if (c.kind == ModelKind::kBst) {
-    c.heads = f.at("heads").positive_integer();
-    c.ffn_dim = f.at("ffn_dim").positive_integer();
+    c.heads = bounded(f.at("heads"), 1024);
+    c.ffn_dim = bounded(f.at("ffn_dim"), kMaxWidth);
     if (c.item_dim() % c.heads != 0)
       f.at("heads").fail(
           cat("the item width ", c.item_dim(), " is not a multiple of ", c.heads, " heads"));

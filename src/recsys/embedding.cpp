@@ -103,7 +103,7 @@ void acc_i8(const uint8_t* q, float scale, float bias, float* acc, int64_t dim) 
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma,f16c"))) void acc_f16_avx2(const uint16_t* h, float* acc,
-                                                            int64_t dim) {
+                                                           int64_t dim) {
   int64_t d = 0;
   for (; d + 8 <= dim; d += 8) {
     const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d)));

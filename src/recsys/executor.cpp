@@ -2,6 +2,7 @@
 // CpuExecutor over tandem CPU streams, and the Chrome-trace tracer.
 #include "tandem/recsys/executor.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "tandem/core/allocator.h"
@@ -31,6 +32,18 @@ size_t Tracer::size() const {
 size_t Tracer::dropped() const {
   std::lock_guard lk(mu_);
   return dropped_;
+}
+
+double Tracer::mean_overlap() const {
+  std::lock_guard lk(mu_);
+  if (spans_.empty()) return 0.0;
+  double lo = spans_.front().ts_us, hi = lo, busy = 0;
+  for (const auto& s : spans_) {
+    lo = std::min(lo, s.ts_us);
+    hi = std::max(hi, s.ts_us + s.dur_us);
+    busy += s.dur_us;
+  }
+  return hi > lo ? busy / (hi - lo) : 0.0;
 }
 
 nlohmann::json Tracer::chrome_json() const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "recsys/model_impl.h"
 #include "tandem/core/error.h"
@@ -115,6 +116,38 @@ RecModel RecModel::generate(const ModelConfig& cfg) {
   for (const auto& t : cfg.item_tables)
     impl->item_tables.push_back(EmbeddingTable::generate(t.name, t.rows, t.dim, cfg.table_dtype,
                                                          cfg.seed, table_scale(t.dim)));
+  if (cfg.kind == ModelKind::kWnd)
+    for (const auto& t : cfg.tables)
+      impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,
+                                                           cfg.seed, kWideTableScale));
+  return RecModel(std::move(impl));
+}
+
+RecModel RecModel::generate_mapped(const ModelConfig& cfg, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError(cat("cannot create table directory '", dir, "': ", ec.message()));
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  for (const auto& s : dense_weight_specs(cfg))
+    impl->weights[s.name] = generate_tensor(s.shape, cfg.seed, s.name, s.scale, s.offset);
+  auto mapped = [&](const TableConfig& t) {
+    const std::string path = cat(dir, "/", cfg.name, ".", t.name, ".", dtype_name(cfg.table_dtype),
+                                 ".s", cfg.seed, ".temb");
+    bool reuse = false;
+    try {
+      const EmbeddingTable m = EmbeddingTable::map_file(path, t.name);
+      reuse = m.rows() == t.rows && m.dim() == t.dim && m.dtype() == cfg.table_dtype;
+    } catch (const Error&) {
+      reuse = false;
+    }
+    if (!reuse)
+      EmbeddingTable::write_generated_file(path, t.name, t.rows, t.dim, cfg.table_dtype, cfg.seed,
+                                           table_scale(t.dim));
+    return EmbeddingTable::map_file(path, t.name);
+  };
+  for (const auto& t : cfg.tables) impl->tables.push_back(mapped(t));
+  for (const auto& t : cfg.item_tables) impl->item_tables.push_back(mapped(t));
   if (cfg.kind == ModelKind::kWnd)
     for (const auto& t : cfg.tables)
       impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,
@@ -241,15 +274,25 @@ QueryState RecModel::make_state(const QueryInputs& in) const {
   return st;
 }
 
-void RecModel::run_node(int id, QueryState& st, int max_threads) const {
+void RecModel::run_node(int id, QueryState& st, int max_threads, Stream* stream) const {
   if (id < 0 || id >= num_nodes())
     throw InvalidArgument(cat("model '", impl_->cfg.name, "': no node ", id));
-  st.values[id] = impl_->nodes[id].run(st, max_threads);
+  if (!impl_->ops_path)
+    st.values[id] = impl_->nodes[id].run(st, max_threads);
+  else
+    st.values[id] = impl_->run_on_device(id, st, stream ? stream : st.stream);
 }
+
+void RecModel::to(Device device, bool ops_path_on_cpu) {
+  impl_->to_device(device, ops_path_on_cpu);
+}
+Device RecModel::device() const { return impl_->device; }
 
 std::vector<float> RecModel::scores(const QueryState& st) const {
   const Tensor& t = st.values[impl_->order.back()];
   if (!t.defined()) throw InvalidArgument("scores(): the output node has not run");
+  if (st.stream) st.stream->synchronize();  // the output node's work may still be queued
+  if (!t.device().is_cpu()) return t.to(Device::cpu()).to_float_vector();
   const float* p = t.data<float>();
   return std::vector<float>(p, p + t.numel());
 }

@@ -28,6 +28,9 @@ struct NodeDef {
   std::vector<int> inputs;
   std::function<OpNode(int64_t q)> cost;  // graph node for q rows (costs only)
   std::function<Tensor(const QueryState&, int max_threads)> run;  // returns values[id]
+  // The same on the model's device through tandem::ops (inputs and output on it, work enqueued on
+  // the stream; nullptr: synchronous). Every node has one (model_device.cpp).
+  std::function<Tensor(const QueryState&, Stream*)> run_dev;
 };
 
 struct RecModel::Impl {
@@ -39,14 +42,59 @@ struct RecModel::Impl {
   std::vector<std::unique_ptr<HotRowCache>> caches;  // per pooled table, or empty
   std::vector<NodeDef> nodes;
   std::vector<int> order;
+  // Device copies (RecModel::to): dense weights, and the tables as embedding_bag table tensors
+  // (f32/f16 [rows, dim], u8 [rows, dim + 8] for row-wise int8). The host copies stay: nodes
+  // without a device implementation run on them.
+  Device device = Device::cpu();
+  bool ops_path = false;  // run_node uses run_on_device (set for non-CPU devices)
+  std::map<std::string, Tensor> dev_weights;
+  std::vector<Tensor> dev_tables, dev_item_tables, dev_wide_tables;
 
   const Tensor& w(const std::string& name) const;
+  const Tensor& dw(const std::string& name) const;  // device weight
+  void to_device(Device d, bool ops_on_cpu);        // model_device.cpp
+  Tensor run_on_device(int id, QueryState& st, Stream* s) const;
   int add(NodeDef n) {
     nodes.push_back(std::move(n));
     return static_cast<int>(nodes.size()) - 1;
   }
   void build_nodes();  // model_nodes.cpp
 };
+
+// ---- CPU helpers of the nodes (model_host.cpp).
+// Pooled lookups of `rows` bags of one table into out (row stride `stride`), chunks of bags over
+// at most max_threads threads (0 = the CPU default).
+void lookup_bags(const EmbeddingTable& t, bool hashed, uint64_t salt, const int64_t* ids,
+                 const int64_t* offsets, int64_t rows, Pooling mode, float* out, int64_t stride,
+                 HotRowCache* cache, int max_threads);
+// out [n, sum of widths] = concat over item tables of row(ids_k[i]).
+void gather_items(const std::vector<EmbeddingTable>& tabs, const std::vector<TableConfig>& cfgs,
+                  const std::vector<std::vector<int64_t>>& ids, int64_t n, float* out,
+                  int64_t stride, int max_threads);
+// Concatenates per-row outputs (each flattened after dim 0) into [rows, sum of widths].
+Tensor concat_rows(const std::vector<const Tensor*>& parts, int64_t rows);
+// y [n, out] = x [n, in] W^T + b (+ residual) (ReLU when relu).
+Tensor linear(const Tensor& x2d, const Tensor& w, const Tensor& b, bool relu,
+              const Tensor* residual = nullptr);
+
+// ---- device helpers (model_device.cpp); all work is enqueued on s (nullptr: synchronous).
+// y [n, out] = x W^T + b (+ residual) (ReLU when relu), on x's device.
+Tensor dev_linear(const Tensor& x2d, const Tensor& w, const Tensor& b, bool relu,
+                  const Tensor* residual, Stream* s);
+// [rows, sum of widths] from per-row parts (each flattened after dim 0), via a transposed
+// buffer whose row blocks are the output's column blocks.
+Tensor dev_concat(const std::vector<const Tensor*>& parts, int64_t rows, Stream* s);
+// Pooled bags of ids[offsets[0] .. offsets[bags]) (host data; hashed with salt when hash) through
+// ops::embedding_bag on the device table: [bags, dim].
+Tensor dev_bags(const Tensor& table, bool hash, uint64_t salt, const int64_t* ids,
+                const int64_t* offsets, int64_t bags, Pooling mode, Stream* s);
+// concat over item tables of row(ids_k[i]) for i < n: [n, sum of dims] on the device.
+Tensor dev_gather_items(const std::vector<Tensor>& tabs, const std::vector<TableConfig>& cfgs,
+                        const std::vector<std::vector<int64_t>>& ids, int64_t n, Stream* s);
+// t itself when contiguous, else a contiguous copy on its device (enqueued on s).
+Tensor dev_contiguous(const Tensor& t, Stream* s);
+// A host f32 vector of rows * width values as a device tensor [rows, width].
+Tensor dev_upload(const float* values, const Shape& shape, Device d, Stream* s);
 
 // Dense weights of a config (tables excluded), in a fixed order.
 std::vector<WeightSpec> dense_weight_specs(const ModelConfig& cfg);

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "fast/parallel.h"
 #include "recsys/model_impl.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
@@ -18,10 +17,6 @@ constexpr int64_t kF = 4;  // bytes per f32
 
 int64_t rows_of(const QueryState& st) { return st.inputs->rows; }
 
-// Values per query row of a node output (outputs may hold several rows per query row, as BST's
-// [rows * T, d]).
-int64_t row_width(const Tensor& t, int64_t rows) { return rows == 0 ? 0 : t.numel() / rows; }
-
 OpNode io_node(const std::string& name, const std::string& kind, double flops, double read,
                double written, const Shape& out) {
   OpNode n;
@@ -32,71 +27,6 @@ OpNode io_node(const std::string& name, const std::string& kind, double flops, d
   n.bytes_written = written;
   n.output_shapes = {out};
   return n;
-}
-
-int threads_for(int max_threads, int64_t bytes) {
-  const int avail = max_threads > 0 ? max_threads : cpu_num_threads();
-  return cpu::parallel_threads(0, bytes, avail);
-}
-
-// Pooled lookups of `rows` bags of one table into out (row stride `stride`).
-void lookup_bags(const EmbeddingTable& t, bool hashed, uint64_t salt, const int64_t* ids,
-                 const int64_t* offsets, int64_t rows, Pooling mode, float* out, int64_t stride,
-                 HotRowCache* cache, int max_threads) {
-  const int64_t chunk = 64;
-  const int64_t chunks = (rows + chunk - 1) / chunk;
-  const int64_t bytes = (offsets[rows] - offsets[0]) * t.dim() * 4;
-  cpu::parallel_for(chunks, threads_for(max_threads, bytes), [&](int64_t c, int) {
-    const int64_t b0 = c * chunk, n = std::min(chunk, rows - b0);
-    if (hashed)
-      t.pooled_lookup_hashed(ids, offsets + b0, n, salt, mode, out + b0 * stride, stride, cache);
-    else
-      t.pooled_lookup(ids, offsets + b0, n, mode, out + b0 * stride, stride, cache);
-  });
-}
-
-// out [n, sum of widths] = concat over item tables of row(ids_k[i]).
-void gather_items(const std::vector<EmbeddingTable>& tabs, const std::vector<TableConfig>& cfgs,
-                  const std::vector<std::vector<int64_t>>& ids, int64_t n, float* out,
-                  int64_t stride, int max_threads) {
-  std::vector<int64_t> off(static_cast<size_t>(n + 1));
-  for (int64_t i = 0; i <= n; ++i) off[i] = i;
-  int64_t col = 0;
-  for (size_t k = 0; k < tabs.size(); ++k) {
-    lookup_bags(tabs[k], cfgs[k].hash, table_salt(cfgs[k].name), ids[k].data(), off.data(), n,
-                Pooling::kSum, out + col, stride, nullptr, max_threads);
-    col += tabs[k].dim();
-  }
-}
-
-// Concatenates per-row outputs (each flattened after dim 0) into [rows, sum of widths].
-Tensor concat_rows(const std::vector<const Tensor*>& parts, int64_t rows) {
-  int64_t width = 0;
-  for (const Tensor* p : parts) width += row_width(*p, rows);
-  Tensor out = Tensor::empty({rows, width}, DType::kF32);
-  float* o = out.data<float>();
-  int64_t col = 0;
-  for (const Tensor* p : parts) {
-    const int64_t w = row_width(*p, rows);
-    const float* s = p->data<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(o + r * width + col, s + r * w, sizeof(float) * w);
-    col += w;
-  }
-  return out;
-}
-
-// y [n, out] = x [n, in] W^T + b (+ residual) (ReLU when relu).
-Tensor linear(const Tensor& x2d, const Tensor& w, const Tensor& b, bool relu,
-              const Tensor* residual = nullptr) {
-  const int64_t n = x2d.size(0), out = w.size(0);
-  Tensor y = Tensor::empty({n, out}, DType::kF32);
-  if (n == 0) return y;
-  ops::gemm(x2d, w, y, {.trans_b = true});
-  ops::add(y, b, y);
-  if (residual) ops::add(y, residual->reshape({n, out}), y);
-  if (relu) ops::unary(ops::UnaryOp::kRelu, y, y);
-  return y;
 }
 
 }  // namespace
@@ -122,6 +52,11 @@ void RecModel::Impl::build_nodes() {
       std::vector<const Tensor*> parts;
       for (int i : ins) parts.push_back(&st.values[i]);
       return concat_rows(parts, rows_of(st));
+    };
+    n.run_dev = [ins](const QueryState& st, Stream* strm) {
+      std::vector<const Tensor*> parts;
+      for (int i : ins) parts.push_back(&st.values[i]);
+      return dev_concat(parts, rows_of(st), strm);
     };
     return add(std::move(n));
   };
@@ -150,6 +85,11 @@ void RecModel::Impl::build_nodes() {
         return linear(x.reshape({x.numel() / in, in}), self->w(name + ".weight"),
                       self->w(name + ".bias"), relu);
       };
+      n.run_dev = [self, name, in, prev, relu](const QueryState& st, Stream* strm) {
+        const Tensor& x = st.values[prev];
+        return dev_linear(x.reshape({x.numel() / in, in}), self->dw(name + ".weight"),
+                          self->dw(name + ".bias"), relu, nullptr, strm);
+      };
       prev = add(std::move(n));
       in = out;
     }
@@ -167,8 +107,12 @@ void RecModel::Impl::build_nodes() {
     n.run = [d](const QueryState& st, int) {
       const int64_t rows = rows_of(st);
       Tensor t = Tensor::empty({rows, d}, DType::kF32);
-      if (rows * d) std::memcpy(t.raw_data(), st.inputs->dense.data(), sizeof(float) * rows * d);
+      if (rows * d > 0)
+        std::memcpy(t.raw_data(), st.inputs->dense.data(), sizeof(float) * rows * d);
       return t;
+    };
+    n.run_dev = [self, d](const QueryState& st, Stream* strm) {
+      return dev_upload(st.inputs->dense.data(), {rows_of(st), d}, self->device, strm);
     };
     return add(std::move(n));
   };
@@ -199,6 +143,10 @@ void RecModel::Impl::build_nodes() {
                     self->caches.empty() ? nullptr : self->caches[t].get(), max_threads);
         return out;
       };
+      n.run_dev = [self, t, tc, mode](const QueryState& st, Stream* strm) {
+        return dev_bags(self->dev_tables[t], tc.hash, table_salt(tc.name), st.inputs->ids[t].data(),
+                        st.inputs->offsets[t].data(), rows_of(st), mode, strm);
+      };
       ids.push_back(add(std::move(n)));
     }
     return ids;
@@ -221,6 +169,23 @@ void RecModel::Impl::build_nodes() {
         o[r] = 1.0f / (1.0f + std::exp(-z));
       }
       return out;
+    };
+    // Device: z = sum of the inputs; sigmoid(z) = softmax([0, z])[1], so one softmax over [rows, 2]
+    // rows and a column copy.
+    n.run_dev = [ins](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      const Device dev = st.values[ins.front()].device();
+      Tensor z = st.values[ins.front()].reshape({rows, 1});
+      for (size_t k = 1; k < ins.size(); ++k) {
+        Tensor sum = Tensor::empty({rows, 1}, DType::kF32, dev);
+        ops::add(z, st.values[ins[k]].reshape({rows, 1}), sum, strm);
+        z = sum;
+      }
+      const std::vector<float> zeros(static_cast<size_t>(rows), 0.0f);
+      const Tensor zero = dev_upload(zeros.data(), {rows, 1}, dev, strm);
+      Tensor pair = dev_concat({&zero, &z}, rows, strm);
+      ops::softmax(pair, pair, strm);
+      return dev_contiguous(pair.slice(1, 1, 2), strm);
     };
     return add(std::move(n));
   };
@@ -269,6 +234,22 @@ void RecModel::Impl::build_nodes() {
         }
         return out;
       };
+      // Device: Z = [x, e_1..e_T] as [rows, nf, d], G = Z Z^T (one batched GEMM), then row i of
+      // G's strict lower triangle (G[:, i, 0:i]) for i = 1..nf-1 after x.
+      n.run_dev = [ins, nf, d](const QueryState& st, Stream* strm) {
+        const int64_t rows = rows_of(st);
+        std::vector<const Tensor*> zs;
+        for (int i : ins) zs.push_back(&st.values[i]);
+        const Tensor z = dev_concat(zs, rows, strm).reshape({rows, nf, d});
+        Tensor g = Tensor::empty({rows, nf, nf}, DType::kF32, z.device());
+        ops::batched_gemm(z, z, g, {.trans_b = true}, strm);
+        std::vector<Tensor> tri;
+        for (int64_t i = 1; i < nf; ++i)
+          tri.push_back(dev_contiguous(g.select(1, i).slice(1, 0, i), strm));
+        std::vector<const Tensor*> parts = {zs.front()};
+        for (const Tensor& t : tri) parts.push_back(&t);
+        return dev_concat(parts, rows, strm);
+      };
       top_in = add(std::move(n));
     } else {
       std::vector<int> ins = {x};
@@ -309,6 +290,18 @@ void RecModel::Impl::build_nodes() {
         }
         return out;
       };
+      n.run_dev = [self, dense, tcs, mode](const QueryState& st, Stream* strm) {
+        const int64_t rows = rows_of(st);
+        Tensor out = dev_linear(st.values[dense], self->dw("wide.dense.weight"),
+                                self->dw("wide.dense.bias"), false, nullptr, strm);
+        for (size_t t = 0; t < tcs.size(); ++t) {
+          const Tensor col =
+              dev_bags(self->dev_wide_tables[t], tcs[t].hash, table_salt(tcs[t].name),
+                       st.inputs->ids[t].data(), st.inputs->offsets[t].data(), rows, mode, strm);
+          ops::add(out, col, out, strm);
+        }
+        return out;
+      };
       const int wide = add(std::move(n));
       sigmoid_node({logit, wide});
     }
@@ -343,6 +336,9 @@ void RecModel::Impl::build_nodes() {
       gather_items(self->item_tables, itc, st.inputs->item_ids, rows, out.data<float>(), di, mt);
       return out;
     };
+    cand.run_dev = [self, itc](const QueryState& st, Stream* strm) {
+      return dev_gather_items(self->dev_item_tables, itc, st.inputs->item_ids, rows_of(st), strm);
+    };
     const int cnode = add(std::move(cand));
     NodeDef sq;
     sq.name = "seq";
@@ -356,6 +352,11 @@ void RecModel::Impl::build_nodes() {
       Tensor out = Tensor::empty({rows, L, di}, DType::kF32);
       gather_items(self->item_tables, itc, st.inputs->seq_ids, rows * L, out.data<float>(), di, mt);
       return out;
+    };
+    sq.run_dev = [self, itc, di, L](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      return dev_gather_items(self->dev_item_tables, itc, st.inputs->seq_ids, rows * L, strm)
+          .reshape({rows, L, di});
     };
     const int snode = add(std::move(sq));
     NodeDef ai;
@@ -386,6 +387,22 @@ void RecModel::Impl::build_nodes() {
         }
       return out;
     };
+    // Device: c repeated over the L behaviours by a batched GEMM with a column of ones (exact:
+    // one product 1 * c per element), then s - c and s * c elementwise, then the concatenation.
+    ai.run_dev = [snode, cnode, di, L](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      const Tensor& s = st.values[snode];
+      const Device dev = s.device();
+      const std::vector<float> ones(static_cast<size_t>(rows * L), 1.0f);
+      Tensor c = Tensor::empty({rows, L, di}, DType::kF32, dev);
+      ops::batched_gemm(dev_upload(ones.data(), {rows, L, 1}, dev, strm),
+                        st.values[cnode].reshape({rows, 1, di}), c, {}, strm);
+      Tensor diff = Tensor::empty({rows, L, di}, DType::kF32, dev);
+      Tensor prod = Tensor::empty({rows, L, di}, DType::kF32, dev);
+      ops::binary(ops::BinaryOp::kSub, s, c, diff, strm);
+      ops::mul(s, c, prod, strm);
+      return dev_concat({&s, &c, &diff, &prod}, rows * L, strm);
+    };
     const int ain = add(std::move(ai));
     std::vector<int64_t> aw = c.attention_mlp;
     aw.push_back(1);
@@ -408,6 +425,15 @@ void RecModel::Impl::build_nodes() {
         for (int64_t l = 0; l < L; ++l)
           for (int64_t e = 0; e < di; ++e) o[r * di + e] += a[r * L + l] * s[(r * L + l) * di + e];
       return out;
+    };
+    // u[r] = a[r] (as [1, L]) @ s[r] ([L, di]): one batched GEMM over the rows.
+    pool.run_dev = [score, snode, di, L](const QueryState& st, Stream* strm) {
+      const int64_t rows = rows_of(st);
+      Tensor out = Tensor::empty({rows, 1, di}, DType::kF32, st.values[snode].device());
+      if (rows > 0)
+        ops::batched_gemm(st.values[score].reshape({rows, 1, L}),
+                          st.values[snode].reshape({rows, L, di}), out, {}, strm);
+      return out.reshape({rows, di});
     };
     const int u = add(std::move(pool));
     std::vector<int> ins = front;
@@ -444,6 +470,21 @@ void RecModel::Impl::build_nodes() {
     const float* pos = self->w("pos_emb").data<float>();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < T * di; ++i) o[r * T * di + i] += pos[i];
+    return out;
+  };
+  sq.run_dev = [self, itc, di, L, T](const QueryState& st, Stream* strm) {
+    const int64_t rows = rows_of(st);
+    std::vector<std::vector<int64_t>> ids(itc.size());
+    for (size_t k = 0; k < itc.size(); ++k) {
+      ids[k].resize(static_cast<size_t>(rows * T));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(st.inputs->seq_ids[k].begin() + r * L, L, ids[k].begin() + r * T);
+        ids[k][r * T + L] = st.inputs->item_ids[k][r];
+      }
+    }
+    Tensor out =
+        dev_gather_items(self->dev_item_tables, itc, ids, rows * T, strm).reshape({rows, T, di});
+    ops::add(out, self->dw("pos_emb").reshape({T, di}), out, strm);
     return out;
   };
   const int x = add(std::move(sq));
@@ -489,6 +530,24 @@ void RecModel::Impl::build_nodes() {
     }
     return out;
   };
+  // Per row: q, k, v are column blocks of the row's [T, 3d] projections (made contiguous), the
+  // attention writes the row's block of the output in place.
+  mha.run_dev = [qkv, T, H, dh](const QueryState& st, Stream* strm) {
+    const int64_t rows = rows_of(st), d = H * dh;
+    const Tensor& src = st.values[qkv];
+    Tensor out = Tensor::empty({rows * T, d}, DType::kF32, src.device());
+    ops::AttentionParams p;
+    p.causal = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      const Tensor row = src.slice(0, r * T, (r + 1) * T);
+      Tensor part[3];
+      for (int i = 0; i < 3; ++i)
+        part[i] = dev_contiguous(row.slice(1, i * d, (i + 1) * d), strm).reshape({T, H, dh});
+      Tensor o = out.slice(0, r * T, (r + 1) * T).reshape({T, H, dh});
+      ops::attention(part[0], part[1], part[2], o, p, nullptr, strm);
+    }
+    return out;
+  };
   const int att = add(std::move(mha));
   auto residual_linear = [&](const std::string& name, const std::string& wname, int in_node,
                              int res_node, int64_t in, int64_t out) {
@@ -508,6 +567,11 @@ void RecModel::Impl::build_nodes() {
       return linear(xin.reshape({xin.numel() / in, in}), self->w(wname + ".weight"),
                     self->w(wname + ".bias"), false, &st.values[res_node]);
     };
+    n.run_dev = [self, wname, in_node, res_node, in](const QueryState& st, Stream* strm) {
+      const Tensor& xin = st.values[in_node];
+      return dev_linear(xin.reshape({xin.numel() / in, in}), self->dw(wname + ".weight"),
+                        self->dw(wname + ".bias"), false, &st.values[res_node], strm);
+    };
     return add(std::move(n));
   };
   auto norm = [&](const std::string& name, int in_node) {
@@ -524,6 +588,13 @@ void RecModel::Impl::build_nodes() {
       Tensor y = Tensor::empty({xin.numel() / di, di}, DType::kF32);
       ops::layer_norm(xin.reshape({xin.numel() / di, di}), self->w(name + ".weight"),
                       self->w(name + ".bias"), y);
+      return y;
+    };
+    n.run_dev = [self, name, in_node, di](const QueryState& st, Stream* strm) {
+      const Tensor& xin = st.values[in_node];
+      Tensor y = Tensor::empty({xin.numel() / di, di}, DType::kF32, xin.device());
+      ops::layer_norm(xin.reshape({xin.numel() / di, di}), self->dw(name + ".weight"),
+                      self->dw(name + ".bias"), y, {}, strm);
       return y;
     };
     return add(std::move(n));

@@ -58,7 +58,8 @@ class PolicyBase : public ServingPolicy {
     if (it != cost_.end()) return it->second;
     const CostClassOptions c;
     double t = 0;
-    for (const auto& n : model_.graph(q).nodes())
+    const Graph g = model_.graph(q);  // a named graph: ranging over a temporary's nodes dangles
+    for (const auto& n : g.nodes())
       t += std::max(n.flops / c.peak_flops, n.bytes_moved() / c.bandwidth_bytes_per_s);
     return cost_[q] = t;
   }

@@ -63,6 +63,20 @@ TEST(RecConfig, ScaleRowsKeepsAtLeastOneRow) {
   EXPECT_THROW(c.scale_rows(0), InvalidArgument);
 }
 
+TEST(RecConfig, FitTablesScalesDownToTheBudget) {
+  ModelConfig c = zoo_config("wnd");
+  const int64_t budget = int64_t{256} << 20;
+  const double f = c.fit_tables(budget);
+  EXPECT_LT(f, 1.0);
+  EXPECT_LE(c.table_bytes(), budget * 1.001);
+  EXPECT_GT(c.table_bytes(), budget * 0.99);
+  ModelConfig t = zoo_config("tiny-dlrm");
+  const int64_t before = t.table_bytes();
+  EXPECT_EQ(t.fit_tables(budget), 1.0);
+  EXPECT_EQ(t.table_bytes(), before);
+  EXPECT_THROW(t.fit_tables(0), InvalidArgument);
+}
+
 TEST(RecConfig, RoundTripsThroughJson) {
   const ModelConfig a = zoo_config("tiny-din");
   const ModelConfig b = parse_model_config(a.to_json(), a.name);
@@ -84,6 +98,10 @@ TEST(RecConfig, RejectsBadConfigsNamingThePath) {
   EXPECT_NE(
       error_of(j).find("dot interaction: table emb.0 has width 4 but the bottom MLP ends at 5"),
       std::string::npos);
+  j = base_dlrm();
+  j["tables"][0]["dim"] = 1 << 30;
+  EXPECT_NE(error_of(j).find("models.m.tables[0].dim: at most 65536"), std::string::npos)
+      << error_of(j);
   j = base_dlrm();
   j["colour"] = "red";
   EXPECT_NE(error_of(j).find("unknown key 'colour'"), std::string::npos);

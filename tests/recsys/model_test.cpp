@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "tandem/core/error.h"
@@ -104,6 +105,49 @@ TEST(RecModel, BadWeightFilesGiveClearErrors) {
   expect_parse(garbled, "not valid JSON");
   EXPECT_THROW(RecModel::load(cfg, "/nonexistent/w.safetensors"), IoError);
   std::remove(path.c_str());
+}
+
+TEST(RecModel, MappedTablesGiveTheSameScores) {
+  for (DType dt : {DType::kF32, DType::kI8}) {
+    ModelConfig cfg = zoo_config("tiny-din");
+    cfg.table_dtype = dt;
+    const std::string dir = temp_path("tables");
+    const RecModel a = RecModel::generate(cfg);
+    const RecModel b = RecModel::generate_mapped(cfg, dir);
+    const RecModel c = RecModel::generate_mapped(cfg, dir);  // reuses the files
+    EXPECT_TRUE(b.tables()[0].mapped());
+    EXPECT_TRUE(b.item_tables()[1].mapped());
+    QueryFactory f(cfg, WorkloadOptions{});
+    const QueryInputs q = f.make(0, 5);
+    EXPECT_EQ(a.forward(q), b.forward(q));
+    EXPECT_EQ(a.forward(q), c.forward(q));
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(RecModel, HotRowCachesKeepScoresAndCountHits) {
+  const ModelConfig cfg = zoo_config("tiny-dlrm");
+  RecModel m = RecModel::generate(cfg);
+  WorkloadOptions w;
+  w.index.dist = IndexDist::kZipf;
+  w.index.zipf_s = 1.2;
+  QueryFactory f(cfg, w);
+  std::vector<QueryInputs> qs;
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < 20; ++i) {
+    qs.push_back(f.make(uint64_t(i), 8));
+    want.push_back(m.forward(qs.back()));
+  }
+  m.set_cache_rows(8);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(m.forward(qs[i]), want[i]);
+  const auto stats = m.cache_stats();
+  ASSERT_EQ(stats.size(), cfg.tables.size());
+  for (const auto& s : stats) {
+    EXPECT_GT(s.hits + s.misses, 0);
+    EXPECT_GT(s.hit_rate(), 0.2);  // Zipf(1.2) over 20-50 rows with 8 cached rows
+  }
+  m.set_cache_rows(0);
+  EXPECT_TRUE(m.cache_stats().empty());
 }
 
 TEST(RecModel, ValidateNamesTheBadInput) {

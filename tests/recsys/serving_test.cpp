@@ -154,6 +154,8 @@ TEST(RecServing, ExecutorStreamsEventsAndTrace) {
       EXPECT_EQ(ev["args"]["query"], 7);
     }
   EXPECT_EQ(spans, int(order.size()));
+  EXPECT_GT(tracer.mean_overlap(), 0.0);
+  EXPECT_LE(tracer.mean_overlap(), 2.0 + 1e-9);  // two streams
   EXPECT_THROW(ex.launch(5, {&fx.model, 0, &st, 0, ""}), InvalidArgument);
 }
 

@@ -60,6 +60,12 @@ class FastKernels final : public ops::OpKernels {
   void convert(const Tensor& src, Tensor& dst, Stream* s) override {
     run_on(s, [=] { fast::convert(src, dst); });
   }
+  // Synchronous, so that bad index data throw InvalidArgument to the caller.
+  void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets, Tensor& out,
+                     ops::BagMode mode, Stream* s) override {
+    if (s) s->synchronize();
+    fast::embedding_bag(table, indices, offsets, out, mode);
+  }
 };
 
 }  // namespace

@@ -27,6 +27,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
             const ops::Conv2dParams& p);
 void convert(const Tensor& src, const Tensor& dst);
+void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets,
+                   const Tensor& out, ops::BagMode mode);
 
 // scale resolved; pages on the CPU. Synchronous.
 void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, const ops::PagedKv& kv,

@@ -52,6 +52,10 @@ void convert(const Tensor& src, const Tensor& dst);
 void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, const ops::PagedKv& kv,
                      Tensor& out, float scale);
 
+// Checks the index data (ops::check_embedding_bag_indices), then pools in double.
+void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets, Tensor& out,
+                   ops::BagMode mode);
+
 // Throws InvalidArgument naming the first id outside [0, rows).
 void check_ids(const Tensor& ids, int64_t rows, const char* op);
 

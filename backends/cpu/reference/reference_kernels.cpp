@@ -73,6 +73,11 @@ class ReferenceKernels final : public ops::OpKernels {
     sync(s);
     ref::paged_attention(q, q_positions, kv, out, scale);
   }
+  void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets, Tensor& out,
+                     ops::BagMode mode, Stream* s) override {
+    sync(s);
+    ref::embedding_bag(table, indices, offsets, out, mode);
+  }
 };
 
 }  // namespace

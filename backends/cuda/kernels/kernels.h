@@ -127,4 +127,23 @@ struct PagedAttentionArgs {
 size_t paged_attention_smem_bytes(int64_t d);
 cudaError_t paged_attention(const PagedAttentionArgs& a, cudaStream_t s);
 
+// ------------------------------------------------------------------- embedding bag
+// (embedding_bag.cu) out[b, j] = pool over i in [offsets[b], offsets[b+1]) of table[indices[i], j]
+// (f32 accumulation in index order; mean divides by the bag size, an empty bag gives 0). table:
+// kF32 / kF16 rows of dim values, or kU8 row-wise int8 rows (dim codes, f32 scale, f32 bias).
+// Indices and offsets are i64 when *_64 is set, else i32; the glue has checked them on the host
+// (indices are clamped to [0, rows) all the same).
+struct EmbeddingBagArgs {
+  DType table_dtype = DType::kF32;
+  const void* table = nullptr;
+  int64_t rows = 0, dim = 0;
+  const void* indices = nullptr;
+  const void* offsets = nullptr;
+  int indices_64 = 0, offsets_64 = 0;
+  int64_t bags = 0;
+  int mean = 0;
+  float* out = nullptr;
+};
+cudaError_t embedding_bag(const EmbeddingBagArgs& a, cudaStream_t s);
+
 }  // namespace tandem::cuda::k

@@ -95,6 +95,24 @@ struct PagedKv {
 TANDEM_API void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
                                 const PagedKv& kv, Tensor& out, float scale = 0.0f,
                                 Stream* s = nullptr);
+// Pooled embedding lookup (the recommender models' embedding bags): for each bag b,
+// out[b, :] = pool over i in [offsets[b], offsets[b+1]) of row(indices[i]) as f32.
+// table: f32 or f16 [rows, dim], or u8 [rows, dim + 8] holding row-wise int8 rows (dim uint8 codes
+// q, then an f32 scale and an f32 bias: value = q * scale + bias; the recsys embedding store's
+// layout). indices: i32 or i64 [n]; offsets: i32 or i64 [bags + 1] with offsets[0] == 0,
+// non-decreasing, offsets[bags] == n; out: f32 [bags, dim]. Index data are checked on the host by
+// every backend before any computing: InvalidArgument names the first index outside [0, rows) or
+// the first bad offset (a GPU backend copies indices and offsets to the host for this).
+TANDEM_API void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets,
+                              Tensor& out, BagMode mode = BagMode::kSum, Stream* s = nullptr);
+// The host-side check of embedding_bag's index data (n indices, bags + 1 offsets, each i32 or
+// i64); backends call it on host copies. InvalidArgument("embedding_bag: ...") on the first error.
+TANDEM_API void check_embedding_bag_indices(const void* indices, DType index_dtype, int64_t n,
+                                            const void* offsets, DType offset_dtype, int64_t bags,
+                                            int64_t rows);
+// Columns of an embedding_bag table tensor: size(1), minus the 8 scale/bias bytes for u8 rows.
+TANDEM_API int64_t embedding_bag_dim(const Tensor& table);
+
 // 2-D convolution, NCHW f32. x: [N, C, H, W]; w: [Cout, C/groups, KH, KW]; bias: [Cout] or
 // undefined.
 TANDEM_API void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
@@ -136,6 +154,10 @@ class TANDEM_API OpKernels {
   virtual void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
                                const PagedKv& kv, Tensor& out, float scale, Stream* s) = 0;
   virtual void convert(const Tensor& src, Tensor& dst, Stream* s) = 0;
+  // Index data are not yet checked: the kernel calls check_embedding_bag_indices() on the host
+  // before computing (a GPU kernel on host copies).
+  virtual void embedding_bag(const Tensor& table, const Tensor& indices, const Tensor& offsets,
+                             Tensor& out, BagMode mode, Stream* s) = 0;
 };
 
 // The CPU reference kernels (plain loops, double accumulation where it matters): the ground truth

@@ -43,6 +43,9 @@ struct AttentionParams {
   std::vector<int64_t> prob_rows;
 };
 
+// Pooling of embedding_bag: the sum of a bag's rows, or their mean (an empty bag gives zeros).
+enum class BagMode : uint8_t { kSum, kMean };
+
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;
   int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;

@@ -70,6 +70,9 @@ class TANDEM_API Tracer {
            Clock::time_point begin, Clock::time_point end);
   size_t size() const;
   size_t dropped() const;
+  // Mean number of ops running at once over the traced span: the sum of op durations divided by
+  // (last end - first start); 0 without spans. The CPU counterpart of "overlapping kernels".
+  double mean_overlap() const;
   // {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur" (µs), "pid": 1, "tid" (worker),
   //   "args": {"query", "stream"}}], "displayTimeUnit": "ms"}
   nlohmann::json chrome_json() const;
@@ -134,6 +137,48 @@ class TANDEM_API CpuExecutor final : public Executor {
   Stream& stream(int id) const;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Stream>> streams_;
+};
+
+// DeviceExecutor: the Executor over a device's streams (cuda:0 in practice; the CPU works too and
+// runs the same code with CPU streams). The model must be on that device (RecModel::to). Each
+// executor stream is a pair: a host queue (a CPU stream) that issues the stream's ops in order,
+// and a stream of the device (create_stream(device)) that the ops of those nodes are enqueued on,
+// so the host queue does not wait for the device except where a node needs host data (index
+// checks). host() callbacks and record() first wait until the device stream has
+// drained, so a callback sees finished outputs and an event completes only after the device work
+// before it: wait() then orders the host queues, which orders the device work they issue. With a
+// tracer each op's span includes its device time (the host queue synchronizes the device stream
+// after the op, which serializes issue and execution on that stream). alloc_async allocates
+// device memory at once; free_async releases it once the stream has drained. On the CPU device a
+// draining issue queue blocks a worker of the shared CPU stream pool (at least 4 workers), so use
+// fewer executor streams than workers there.
+class TANDEM_API DeviceExecutor final : public Executor {
+ public:
+  explicit DeviceExecutor(Device device);
+  ~DeviceExecutor() override;
+  int create_stream(int priority = 0) override;
+  int num_streams() const override;
+  std::shared_ptr<Event> create_event() override;
+  void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) override;
+  void host(int stream, std::function<void()> fn) override;
+  void record(Event& event, int stream) override;
+  void wait(int stream, Event& event) override;
+  bool done(Event& event) override;
+  void* alloc_async(size_t bytes, int stream) override;
+  void free_async(void* ptr, size_t bytes, int stream) override;
+  ExecutorInfo info() const override;
+  void synchronize() override;
+  Device device() const { return device_; }
+
+ private:
+  struct Lane {
+    std::unique_ptr<Stream> host;    // CPU queue that issues the ops in order
+    std::unique_ptr<Stream> device;  // the device's stream the ops enqueue on
+  };
+  Lane& lane(int id) const;
+  Device device_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
 };
 
 }  // namespace tandem::rec

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "tandem/core/graph.h"
+#include "tandem/core/stream.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
 #include "tandem/recsys/config.h"
@@ -77,13 +78,20 @@ TANDEM_API CostClass classify(const OpNode& node, const CostClassOptions& opt = 
 struct QueryState {
   const QueryInputs* inputs = nullptr;
   std::vector<Tensor> values;  // indexed by node id
-  std::exception_ptr error;    // set by an executor when a node failed (later nodes are skipped)
+  // For a model on a device: the default stream of the model's device its nodes enqueue on
+  // (nullptr: each op runs synchronously; run_node may name another). Values are device tensors.
+  Stream* stream = nullptr;
+  std::exception_ptr error;  // set by an executor when a node failed (later nodes are skipped)
 };
 
 class TANDEM_API RecModel {
  public:
   // Generated weights (seed = cfg.seed).
   static RecModel generate(const ModelConfig& cfg);
+  // Generated weights with the pooled and item tables on disk: each table is streamed to
+  // `dir`/<model>.<table>.<dtype>.temb (unless a file with the same rows, dim and dtype is there)
+  // and mapped read-only, so tables larger than memory work (pages are read on demand).
+  static RecModel generate_mapped(const ModelConfig& cfg, const std::string& dir);
   // Weights from a safetensors file written by save(); checks every tensor's presence, dtype and
   // shape against cfg (ParseError naming the file and tensor).
   static RecModel load(const ModelConfig& cfg, const std::string& path);
@@ -102,18 +110,34 @@ class TANDEM_API RecModel {
 
   QueryState make_state(const QueryInputs& in) const;
   // Runs one node (its inputs must have run). `max_threads` caps its intra-op threads (0 = the
-  // CPU default).
-  void run_node(int id, QueryState& st, int max_threads = 0) const;
-  // The scores of the last node (rows values).
+  // CPU default). On a device the node's work is enqueued on `stream` (a stream of the model's
+  // device; nullptr: st.stream), and the output is complete once that stream reaches it.
+  void run_node(int id, QueryState& st, int max_threads = 0, Stream* stream = nullptr) const;
+  // The scores of the last node (rows values). Synchronizes st.stream first when it is set;
+  // copies them from a device.
   std::vector<float> scores(const QueryState& st) const;
   // Checks the inputs against the config (sizes, id ranges); InvalidArgument naming the table.
   void validate(const QueryInputs& in) const;
   std::vector<float> forward(const QueryInputs& in) const;
 
+  // Moves the model to `device` (cpu or cuda:N): dense weights and every embedding table are
+  // copied there (tables as ops::embedding_bag tensors; int8 rows as u8 [rows, dim + 8]; a mapped
+  // table is read whole). Afterwards run_node computes every node on the device through ops:
+  // embedding bags and item gathers with ops::embedding_bag (the query's ids and offsets are
+  // uploaded; hashed ids are hashed on the host first), MLP layers, concatenations, DLRM's dot
+  // interaction (a batched GEMM), DIN's attention input and pooling, BST's attention and norms,
+  // and the sigmoid (a softmax over [0, z]). Hot-row caches apply to CPU lookups only. Not
+  // thread-safe: call it while no query runs. ops_path_on_cpu (with the CPU device): run that same
+  // device code on the CPU backend's ops instead of the CPU nodes, which checks the device path on
+  // a machine without a GPU.
+  void to(Device device, bool ops_path_on_cpu = false);
+  Device device() const;
+
   // Embedding tables (for statistics, benchmarks and caches).
   const std::vector<EmbeddingTable>& tables() const;
   const std::vector<EmbeddingTable>& item_tables() const;
   // Attaches a hot-row cache of `rows_per_table` rows to every pooled table (0 removes them).
+  // Not thread-safe: call it while no query runs.
   void set_cache_rows(int64_t rows_per_table);
   std::vector<CacheStats> cache_stats() const;
   int64_t weight_bytes() const;

@@ -15,7 +15,7 @@
 // f32 bias; the table's header metadata "tandem.table.<name>" says "i8_rowwise"). The metadata
 // also holds the model config, so a file says which model it belongs to.
 //
-//   tandem::rec::GeneratedTensor g{"top.0.weight", 42, 0.1f};
+//   tandem::rec::GeneratedTensor g{tandem::rec::tensor_seed(42, "top.0.weight"), 0.1f};
 //   float w = g.at(17);
 //
 // Thread-safety: the functions are pure; files are written and read by one thread each.
