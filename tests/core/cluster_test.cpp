@@ -23,9 +23,7 @@ using nlohmann::json;
   return ::testing::AssertionFailure() << "expected \"" << part << "\" in: " << text;
 }
 
-fs::path examples_dir() {
-  return fs::path(TANDEM_SOURCE_DIR) / "examples" / "clusters";
-}
+fs::path examples_dir() { return fs::path(TANDEM_SOURCE_DIR) / "examples" / "clusters"; }
 
 // A fresh directory under the system temp dir, removed at the end of the test.
 class TempDir {

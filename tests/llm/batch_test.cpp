@@ -27,7 +27,9 @@ using testing::tiny_tensor;
 
 constexpr int64_t kVocab = 80, kDim = 64, kHeads = 4, kKv = 2, kFf = 96, kLayers = 2;
 
-std::filesystem::path data_dir() { return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data"; }
+std::filesystem::path data_dir() {
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data";
+}
 
 // A tiny llama with quantized weights (as real files have); `yarn` turns on YaRN scaling.
 std::string write_llama(const TempDir& dir, bool yarn) {

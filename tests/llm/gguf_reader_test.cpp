@@ -322,8 +322,8 @@ namespace {
 // A file written by the Python `gguf` package's GGUFWriter (0.19.0), stored in the fuzz corpus;
 // tests/llm/gguf_python_check.py regenerates it and checks the reverse direction.
 TEST(GgufReader, ReadsFilesFromThePythonWriter) {
-  const auto path =
-      (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "../fuzz/corpus/gguf/python_writer.gguf";
+  const auto path = (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") /
+                    "../fuzz/corpus/gguf/python_writer.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path.string();
   GgufFile f(path.string());
   EXPECT_EQ(f.get_string("general.architecture"), "llama");

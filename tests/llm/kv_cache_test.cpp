@@ -277,7 +277,8 @@ TEST(KvCacheF16, AttentionMatchesReferenceOnRoundedRowsAndF32Blocks) {
 
 TEST(KvCacheF16, ModelForwardWithF16CacheStaysClose) {
   const Model m = Model::load(
-      ((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" / "gpt2_tiny.gguf").string());
+      ((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" / "gpt2_tiny.gguf")
+          .string());
   std::vector<int32_t> ids(20), pos(20);
   for (int i = 0; i < 20; ++i) ids[i] = (7 * i + 3) % 64, pos[i] = i;
   KvCache c32 = m.make_cache(), c16 = m.make_cache(nullptr, 8, DType::kF16);

@@ -29,7 +29,9 @@ using testing::tiny_tokens;
 
 constexpr int kVocab = 64, kDim = 32, kHeads = 4, kFf = 128, kLayers = 2, kCtx = 32;
 
-std::filesystem::path data_dir() { return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data"; }
+std::filesystem::path data_dir() {
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data";
+}
 
 nlohmann::json reference() {
   std::ifstream in(data_dir() / "gpt2_tiny_reference.json");

@@ -25,7 +25,9 @@ namespace {
 using Ids = std::vector<int32_t>;
 using Words = std::vector<std::string>;
 
-std::filesystem::path data_dir() { return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data"; }
+std::filesystem::path data_dir() {
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data";
+}
 
 nlohmann::json read_json(const std::string& name) {
   std::ifstream in(data_dir() / name);

@@ -14,6 +14,7 @@
 
 #include "common/gpu.h"
 #include "llm/gguf_test_util.h"
+#include "llm/tiny_weights.h"
 #include "tandem/core/allocator.h"
 #include "tandem/llm/generate.h"
 #include "tandem/llm/gguf.h"
@@ -25,26 +26,15 @@ namespace {
 
 constexpr int kLayers = 4, kDim = 256, kHeads = 8, kKvHeads = 2, kFf = 512, kVocab = 512;
 
-Tensor weight(const Shape& s, DType dtype, std::mt19937_64& rng, float sd) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = nd(rng);
-  Tensor f = Tensor::from_vector(v, s, DType::kF32);
-  if (dtype == DType::kF32) return f;
-  Tensor q = Tensor::empty(s, dtype);
-  ops::convert(f, q);
-  return q;
-}
-
-Tensor gains(std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> u(0.9f, 1.1f);
-  std::vector<float> v(kDim);
-  for (float& x : v) x = u(rng);
-  return Tensor::from_vector(v, {kDim}, DType::kF32);
-}
-
 std::string write_model(const testing::TempDir& dir) {
-  std::mt19937_64 rng(77);
+  // Uniform weights from tiny_weights.h (name-seeded), scaled like a trained model's: gains near 1,
+  // projections of about 1/sqrt(fan-in).
+  auto weight = [](const std::string& name, const Shape& s, DType dtype, float scale) {
+    return testing::tiny_tensor(name, s, scale, 0.0f, dtype);
+  };
+  auto gains = [](const std::string& name) {
+    return testing::tiny_tensor(name, {kDim}, 0.1f, 1.0f);
+  };
   GgufWriter w;
   w.set_string("general.architecture", "llama");
   w.set_int("llama.block_count", kLayers, GgufType::kU32);
@@ -56,20 +46,24 @@ std::string write_model(const testing::TempDir& dir) {
   w.set_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
   w.set_float("llama.rope.freq_base", 100000.0);
   const int64_t hd = kDim / kHeads;
-  w.add_tensor("token_embd.weight", weight({kVocab, kDim}, DType::kQ8_0, rng, 1.0f));
-  w.add_tensor("output_norm.weight", gains(rng));
-  w.add_tensor("output.weight", weight({kVocab, kDim}, DType::kQ4_1, rng, 0.15f));
+  w.add_tensor("token_embd.weight", weight("token_embd", {kVocab, kDim}, DType::kQ8_0, 1.7f));
+  w.add_tensor("output_norm.weight", gains("output_norm"));
+  w.add_tensor("output.weight", weight("output", {kVocab, kDim}, DType::kQ4_1, 0.25f));
   for (int i = 0; i < kLayers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    w.add_tensor(p + "attn_norm.weight", gains(rng));
-    w.add_tensor(p + "attn_q.weight", weight({kHeads * hd, kDim}, DType::kQ4_1, rng, 0.12f));
-    w.add_tensor(p + "attn_k.weight", weight({kKvHeads * hd, kDim}, DType::kQ4_0, rng, 0.12f));
-    w.add_tensor(p + "attn_v.weight", weight({kKvHeads * hd, kDim}, DType::kQ8_0, rng, 0.12f));
-    w.add_tensor(p + "attn_output.weight", weight({kDim, kDim}, DType::kF16, rng, 0.05f));
-    w.add_tensor(p + "ffn_norm.weight", gains(rng));
-    w.add_tensor(p + "ffn_gate.weight", weight({kFf, kDim}, DType::kQ4_1, rng, 0.08f));
-    w.add_tensor(p + "ffn_up.weight", weight({kFf, kDim}, DType::kQ4_1, rng, 0.08f));
-    w.add_tensor(p + "ffn_down.weight", weight({kDim, kFf}, DType::kQ8_0, rng, 0.05f));
+    w.add_tensor(p + "attn_norm.weight", gains(p + "attn_norm"));
+    w.add_tensor(p + "attn_q.weight",
+                 weight(p + "attn_q", {kHeads * hd, kDim}, DType::kQ4_1, 0.20f));
+    w.add_tensor(p + "attn_k.weight",
+                 weight(p + "attn_k", {kKvHeads * hd, kDim}, DType::kQ4_0, 0.20f));
+    w.add_tensor(p + "attn_v.weight",
+                 weight(p + "attn_v", {kKvHeads * hd, kDim}, DType::kQ8_0, 0.20f));
+    w.add_tensor(p + "attn_output.weight",
+                 weight(p + "attn_output", {kDim, kDim}, DType::kF16, 0.09f));
+    w.add_tensor(p + "ffn_norm.weight", gains(p + "ffn_norm"));
+    w.add_tensor(p + "ffn_gate.weight", weight(p + "ffn_gate", {kFf, kDim}, DType::kQ4_1, 0.14f));
+    w.add_tensor(p + "ffn_up.weight", weight(p + "ffn_up", {kFf, kDim}, DType::kQ4_1, 0.14f));
+    w.add_tensor(p + "ffn_down.weight", weight(p + "ffn_down", {kDim, kFf}, DType::kQ8_0, 0.09f));
   }
   const std::string path = dir.file("gpu_llama.gguf");
   w.write(path);
