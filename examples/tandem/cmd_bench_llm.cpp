@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,12 +33,16 @@
 #include "tandem/core/error.h"
 #include "tandem/core/profiler.h"
 #include "tandem/llm/model.h"
+#include "tandem/llm/model_store.h"
+#include "tandem/llm/synthetic_model.h"
 
 namespace tandem::cli {
 namespace {
 
 struct BenchLlmOptions {
   std::string model;
+  std::string synthetic;  // "PRESET[:LAYERS]": a generated-weight model of that shape
+  std::string synthetic_dtype = "q4_1";
   int prompt_tokens = 512;
   int gen = 128;
   int batch = 512;
@@ -94,9 +99,15 @@ double run_decode(const llm::Model& m, int32_t start, int gen, llm::KvCache& cac
 
 // Bytes one decode step reads from memory besides the KV cache: every weight matrix and norm of
 // the layers, the output norm and matrix, and one row of the token embedding.
+// Bytes of the parts outside the layers that one decode step reads: output norm and matrix, one
+// embedding row.
+int64_t m_head_bytes(const llm::Model& m) {
+  return m.output_norm().nbytes() + m.output().nbytes() +
+         m.token_embd().nbytes() / std::max<int64_t>(1, m.token_embd().size(0));
+}
+
 int64_t decode_weight_bytes(const llm::Model& m) {
-  int64_t n = m.output_norm().nbytes() + m.output().nbytes();
-  n += m.token_embd().nbytes() / std::max<int64_t>(1, m.token_embd().size(0));
+  int64_t n = m_head_bytes(m);
   for (int l = 0; l < m.config().n_layers; ++l) {
     const llm::LayerWeights& w = m.layer(l);
     for (const Tensor* t :
@@ -112,10 +123,42 @@ nlohmann::json stat_json(const std::vector<double>& v) {
   return {{"mean", s.mean}, {"stddev", s.stddev}, {"min", s.min}, {"samples", v}};
 }
 
+// The GGUF file of a synthetic model ("llama7b:2"), written into the model cache on first use.
+std::string synthetic_model_path(const std::string& spec, const std::string& dtype, bool progress) {
+  const size_t colon = spec.find(':');
+  llm::SyntheticLlamaConfig cfg = llm::synthetic_preset(spec.substr(0, colon));
+  if (colon != std::string::npos) {
+    try {
+      cfg.n_layers = std::stoi(spec.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw InvalidArgument(
+          cat("bench-llm --synthetic ", spec, ": layers after ':' must be a number"));
+    }
+    if (cfg.n_layers < 1 || cfg.n_layers > 1024)
+      throw InvalidArgument(cat("bench-llm --synthetic ", spec, ": layers must be in [1, 1024]"));
+  }
+  cfg.weight_dtype = parse_dtype(dtype);
+  const std::filesystem::path dir = std::filesystem::path(llm::model_cache_dir()) / "synthetic";
+  const std::filesystem::path file =
+      dir / cat(cfg.name, "-", cfg.n_layers, "l-", dtype_name(cfg.weight_dtype), ".gguf");
+  if (!std::filesystem::exists(file)) {
+    std::filesystem::create_directories(dir);
+    Progress p(progress);
+    p.update(cat("bench-llm: writing ", file.string(), " (generated weights)"));
+    llm::write_synthetic_llama(cfg, file.string());
+    p.update("");
+  }
+  return file.string();
+}
+
 int run_bench_llm(const BenchLlmOptions& o) {
   if (o.threads > 0) set_cpu_num_threads(o.threads);
   const int threads = cpu_num_threads();
-  const std::string path = resolve_model_path(o.model, !o.no_progress);
+  if (!o.synthetic.empty() && !o.model.empty())
+    throw InvalidArgument("bench-llm: give either -m or --synthetic, not both");
+  const std::string path =
+      o.synthetic.empty() ? resolve_model_path(o.model, !o.no_progress)
+                          : synthetic_model_path(o.synthetic, o.synthetic_dtype, !o.no_progress);
   const llm::Model model = llm::Model::load(path);
   const llm::ModelConfig& c = model.config();
   if (c.context_length > 0 && std::max<int64_t>(o.prompt_tokens, o.gen) > c.context_length) {
@@ -176,6 +219,12 @@ int run_bench_llm(const BenchLlmOptions& o) {
   const double mean_kv_read = kv_bytes_per_token * (o.gen / 2.0);  // decode runs 0..gen-1 tokens
   const double bytes_per_token = weight_read + mean_kv_read;
   const SampleStats pf = stats_of(prefill_tps), dc = stats_of(decode_tps), tt = stats_of(ttft_s);
+  // Per layer: decode time split in proportion to the bytes each part reads (the layers' weights
+  // and KV, against the output matrix and norms), since decode is memory-bound.
+  const double layer_bytes = (bytes_per_token - (m_head_bytes(model))) / c.n_layers;
+  const double ms_per_token = dc.mean > 0 ? 1000.0 / dc.mean : 0.0;
+  const double ms_per_layer =
+      bytes_per_token > 0 ? ms_per_token * layer_bytes / bytes_per_token : 0;
   const double achieved = bytes_per_token * dc.mean;
   const double share = bandwidth > 0 ? achieved / bandwidth : 0.0;
 
@@ -204,7 +253,10 @@ int run_bench_llm(const BenchLlmOptions& o) {
                           {"decode_bytes_per_token", bytes_per_token},
                           {"decode_bytes_per_s", achieved},
                           {"memory_bandwidth_bytes_per_s", bandwidth},
-                          {"decode_bandwidth_share", share}}}};
+                          {"decode_bandwidth_share", share},
+                          {"decode_ms_per_token", ms_per_token},
+                          {"decode_ms_per_layer_estimate", ms_per_layer},
+                          {"layers", c.n_layers}}}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -222,6 +274,11 @@ int run_bench_llm(const BenchLlmOptions& o) {
       o.prompt_tokens, tt.mean, kv_bytes / 1048576.0, o.prompt_tokens + o.gen,
       static_cast<long long>(kv_bytes_per_token), peak_bytes / 1048576.0,
       model.weight_bytes() / 1048576.0);
+  if (o.gen > 0) {
+    std::printf(
+        "decode %.2f ms/token over %d layers: about %.3f ms per layer (byte-proportional share)\n",
+        ms_per_token, c.n_layers, ms_per_layer);
+  }
   if (bandwidth > 0 && o.gen > 0) {
     std::printf(
         "decode reads %.2f MiB/token -> %.2f GB/s = %.1f%% of the measured %.2f GB/s (STREAM "
@@ -238,6 +295,13 @@ const CommandRegistration kReg([](CLI::App& app) {
       "Prefill and decode tokens/s, TTFT and memory of a GGUF model (llama-bench style)");
   sub->add_option("-m,--model", o->model,
                   "GGUF model file (default: SmolLM2-135M-Instruct, fetched on first use)");
+  sub->add_option("--synthetic", o->synthetic,
+                  "Generated-weight model of a real shape instead of -m: PRESET[:LAYERS], presets "
+                  "llama7b, mistral7b, tinyllama, smollm2-135m (e.g. llama7b:2); cached after the "
+                  "first run");
+  sub->add_option("--synthetic-dtype", o->synthetic_dtype, "Weight type of --synthetic")
+      ->check(CLI::IsMember({"q4_0", "q4_1", "q8_0", "f16", "f32"}))
+      ->capture_default_str();
   sub->add_option("-p,--prompt-tokens", o->prompt_tokens, "Prompt tokens (llama-bench -p)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("-n,--gen", o->gen, "Tokens to decode (llama-bench -n)")

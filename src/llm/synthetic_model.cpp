@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// Synthetic LLaMA GGUF files (see synthetic_model.h).
+#include "tandem/llm/synthetic_model.h"
+
+#include <cmath>
+
+#include "tandem/core/error.h"
+#include "tandem/core/tensor.h"
+#include "tandem/llm/gguf.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::llm {
+namespace {
+
+// SplitMix64 per tensor: reproducible for a (seed, name) pair, fast enough for 10^9 values.
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Uniform values in [offset - scale, offset + scale], converted to `dtype`.
+Tensor noise(const std::string& name, const Shape& shape, float scale, float offset, DType dtype,
+             uint64_t seed) {
+  Tensor f = Tensor::empty(shape, DType::kF32);
+  float* p = f.data<float>();
+  uint64_t s = seed ^ name_hash(name);
+  for (int64_t i = 0, n = f.numel(); i < n; ++i) {
+    const double u = static_cast<double>(splitmix(s) >> 11) * 0x1.0p-53;  // [0, 1)
+    p[i] = offset + scale * static_cast<float>(2.0 * u - 1.0);
+  }
+  if (dtype == DType::kF32) return f;
+  Tensor q = Tensor::empty(shape, dtype);
+  ops::convert(f, q);
+  return q;
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_preset_names() {
+  return {"llama7b", "mistral7b", "tinyllama", "smollm2-135m"};
+}
+
+SyntheticLlamaConfig synthetic_preset(const std::string& name) {
+  SyntheticLlamaConfig c;
+  c.name = name;
+  if (name == "llama7b") {  // LLaMA-2-7B
+    c.n_layers = 32, c.d_model = 4096, c.d_ff = 11008, c.n_heads = 32, c.n_kv_heads = 32;
+    c.vocab_size = 32000, c.context_length = 4096;
+  } else if (name == "mistral7b") {  // Mistral-7B-v0.1
+    c.n_layers = 32, c.d_model = 4096, c.d_ff = 14336, c.n_heads = 32, c.n_kv_heads = 8;
+    c.vocab_size = 32000, c.context_length = 32768, c.rope_theta = 1000000.0f;
+  } else if (name == "tinyllama") {  // TinyLlama-1.1B
+    c.n_layers = 22, c.d_model = 2048, c.d_ff = 5632, c.n_heads = 32, c.n_kv_heads = 4;
+    c.vocab_size = 32000, c.context_length = 2048;
+  } else if (name == "smollm2-135m") {
+    c.n_layers = 30, c.d_model = 576, c.d_ff = 1536, c.n_heads = 9, c.n_kv_heads = 3;
+    c.vocab_size = 49152, c.context_length = 8192, c.rope_theta = 100000.0f;
+  } else {
+    std::string known;
+    for (const std::string& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    throw NotFound(cat("synthetic model preset '", name, "' (known: ", known, ")"));
+  }
+  return c;
+}
+
+void write_synthetic_llama(const SyntheticLlamaConfig& c, const std::string& path) {
+  if (c.n_layers < 1 || c.d_model < 1 || c.d_ff < 1 || c.n_heads < 1 || c.n_kv_heads < 1 ||
+      c.vocab_size < 1 || c.d_model % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0) {
+    throw InvalidArgument(cat("synthetic llama: ", c.n_layers, " layers, d ", c.d_model, ", ff ",
+                              c.d_ff, ", heads ", c.n_heads, "/", c.n_kv_heads, ", vocab ",
+                              c.vocab_size, " (sizes must be positive, heads must divide d and ",
+                              "kv heads must divide heads)"));
+  }
+  const int64_t block = dtype_block_size(c.weight_dtype);
+  if (c.d_model % block != 0 || c.d_ff % block != 0) {
+    throw InvalidArgument(cat("synthetic llama: ", dtype_name(c.weight_dtype),
+                              " rows need a multiple of ", block, " elements; d ", c.d_model,
+                              ", ff ", c.d_ff));
+  }
+  const int64_t d = c.d_model, ff = c.d_ff, hd = d / c.n_heads, kv = hd * c.n_kv_heads;
+  const DType wt = c.weight_dtype;
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", c.name + " (synthetic weights)");
+  w.set_int("llama.block_count", c.n_layers, GgufType::kU32);
+  w.set_int("llama.embedding_length", d, GgufType::kU32);
+  w.set_int("llama.feed_forward_length", ff, GgufType::kU32);
+  w.set_int("llama.attention.head_count", c.n_heads, GgufType::kU32);
+  w.set_int("llama.attention.head_count_kv", c.n_kv_heads, GgufType::kU32);
+  w.set_int("llama.context_length", c.context_length, GgufType::kU32);
+  w.set_int("llama.rope.dimension_count", hd, GgufType::kU32);
+  w.set_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
+  w.set_float("llama.rope.freq_base", c.rope_theta);
+  const auto fan_in = [](int64_t k) { return static_cast<float>(std::sqrt(3.0 / k)); };
+  w.add_tensor("token_embd.weight", noise("token_embd", {c.vocab_size, d}, 1.0f, 0, wt, c.seed));
+  w.add_tensor("output_norm.weight", noise("output_norm", {d}, 0.1f, 1.0f, DType::kF32, c.seed));
+  w.add_tensor("output.weight", noise("output", {c.vocab_size, d}, fan_in(d), 0, wt, c.seed));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.add_tensor(p + "attn_norm.weight",
+                 noise(p + "attn_norm", {d}, 0.1f, 1.0f, DType::kF32, c.seed));
+    w.add_tensor(p + "attn_q.weight", noise(p + "attn_q", {d, d}, fan_in(d), 0, wt, c.seed));
+    w.add_tensor(p + "attn_k.weight", noise(p + "attn_k", {kv, d}, fan_in(d), 0, wt, c.seed));
+    w.add_tensor(p + "attn_v.weight", noise(p + "attn_v", {kv, d}, fan_in(d), 0, wt, c.seed));
+    w.add_tensor(p + "attn_output.weight",
+                 noise(p + "attn_output", {d, d}, fan_in(d), 0, wt, c.seed));
+    w.add_tensor(p + "ffn_norm.weight",
+                 noise(p + "ffn_norm", {d}, 0.1f, 1.0f, DType::kF32, c.seed));
+    w.add_tensor(p + "ffn_gate.weight", noise(p + "ffn_gate", {ff, d}, fan_in(d), 0, wt, c.seed));
+    w.add_tensor(p + "ffn_up.weight", noise(p + "ffn_up", {ff, d}, fan_in(d), 0, wt, c.seed));
+    w.add_tensor(p + "ffn_down.weight", noise(p + "ffn_down", {d, ff}, fan_in(ff), 0, wt, c.seed));
+  }
+  w.write(path);
+}
+
+}  // namespace tandem::llm
