@@ -34,17 +34,8 @@ const float* widen(const Tensor& t, DType dtype, int used, int64_t d, std::vecto
 
 void cache_attention_widened(const Tensor& q, std::span<const int32_t> positions,
                              const KvCache& cache, int layer, Tensor& out, float scale) {
+  // q and out were validated and scale resolved by cache_attention (model_attention.cpp).
   const KvCacheShape& cs = cache.shape();
-  if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
-      q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||
-      q.size(1) % cs.n_kv_heads != 0) {
-    throw InvalidArgument(cat("cache_attention: q ", q.to_string(), " must be contiguous f32 [",
-                              positions.size(), ", k*", cs.n_kv_heads, ", ", cs.head_dim, "]"));
-  }
-  if (out.shape() != q.shape() || out.dtype() != DType::kF32 || !out.is_contiguous()) {
-    throw InvalidArgument(
-        cat("cache_attention: out ", out.to_string(), " must be f32 ", q.shape().to_string()));
-  }
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim, hkv = cs.n_kv_heads;
   const int64_t group = hq / hkv;
   for (int h = 0; h < hkv; ++h) {
@@ -55,7 +46,6 @@ void cache_attention_widened(const Tensor& q, std::span<const int32_t> positions
       }
     }
   }
-  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float* qd = q.data<float>();
   float* od = out.data<float>();
   const int64_t items = t_count * hkv;

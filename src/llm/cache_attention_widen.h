@@ -13,6 +13,7 @@
 
 namespace tandem::llm {
 
+// Called by cache_attention() for f16 CPU caches, after it validated q and out and resolved scale.
 void cache_attention_widened(const Tensor& q, std::span<const int32_t> positions,
                              const KvCache& cache, int layer, Tensor& out, float scale);
 

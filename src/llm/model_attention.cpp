@@ -102,14 +102,6 @@ void paged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
 
 void cache_attention(const Tensor& q, std::span<const int32_t> positions, const KvCache& cache,
                      int layer, Tensor& out, float scale) {
-  if (!cache.shape().device.is_cpu()) {  // the GPU kernel reads the blocks in place
-    paged_cache_attention(q, positions, cache, layer, out, scale);
-    return;
-  }
-  if (cache.shape().dtype != DType::kF32) {  // f16 blocks: cache_attention_widen.cpp
-    cache_attention_widened(q, positions, cache, layer, out, scale);
-    return;
-  }
   const KvCacheShape& cs = cache.shape();
   if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
       q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||
@@ -124,6 +116,14 @@ void cache_attention(const Tensor& q, std::span<const int32_t> positions, const 
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim;
   const int64_t group = hq / cs.n_kv_heads;
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (!cs.device.is_cpu()) {  // the GPU kernel reads the blocks in place
+    paged_cache_attention(q, positions, cache, layer, out, scale);
+    return;
+  }
+  if (cs.dtype != DType::kF32) {  // f16 blocks: cache_attention_widen.cpp
+    cache_attention_widened(q, positions, cache, layer, out, scale);
+    return;
+  }
   if (!all_blocks_f32(cache, layer)) {
     paged_cache_attention(q, positions, cache, layer, out, scale);
     return;
