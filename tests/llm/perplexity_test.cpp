@@ -19,6 +19,7 @@
 #include "tandem/core/error.h"
 #include "tandem/llm/gguf.h"
 #include "tandem/llm/model_store.h"
+#include "tandem/llm/synthetic_model.h"
 #include "tandem/llm/tokenizer.h"
 #include "tandem/llm/vocab.h"
 #include "tandem/ops/ops.h"
@@ -30,50 +31,20 @@ using testing::TempDir;
 
 constexpr int kLayers = 2, kDim = 32, kHeads = 4, kKvHeads = 2, kFf = 64, kVocab = 50;
 
-Tensor random_weight(const Shape& s, DType dtype, std::mt19937_64& rng, float scale) {
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = nd(rng);
-  Tensor f = Tensor::from_vector(v, s, DType::kF32);
-  if (dtype == DType::kF32) return f;
-  Tensor q = Tensor::empty(s, dtype);
-  ops::convert(f, q);
-  return q;
-}
-
-Tensor ones(int64_t n) {
-  return Tensor::from_vector(std::vector<float>(n, 1.0f), {n}, DType::kF32);
-}
-
+// A tiny llama with generated weights (the library's synthetic-model writer).
 std::string write_tiny(const TempDir& dir) {
-  std::mt19937_64 rng(77);
-  GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_int("llama.block_count", kLayers, GgufType::kU32);
-  w.set_int("llama.embedding_length", kDim, GgufType::kU32);
-  w.set_int("llama.feed_forward_length", kFf, GgufType::kU32);
-  w.set_int("llama.attention.head_count", kHeads, GgufType::kU32);
-  w.set_int("llama.attention.head_count_kv", kKvHeads, GgufType::kU32);
-  w.set_int("llama.context_length", 128, GgufType::kU32);
-  w.set_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
-  const int64_t hd = kDim / kHeads;
-  w.add_tensor("token_embd.weight", random_weight({kVocab, kDim}, DType::kF32, rng, 1.0f));
-  w.add_tensor("output_norm.weight", ones(kDim));
-  w.add_tensor("output.weight", random_weight({kVocab, kDim}, DType::kQ8_0, rng, 0.1f));
-  for (int i = 0; i < kLayers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    w.add_tensor(p + "attn_norm.weight", ones(kDim));
-    w.add_tensor(p + "attn_q.weight", random_weight({kHeads * hd, kDim}, DType::kQ4_1, rng, 0.3f));
-    w.add_tensor(p + "attn_k.weight", random_weight({kKvHeads * hd, kDim}, DType::kF32, rng, 0.3f));
-    w.add_tensor(p + "attn_v.weight", random_weight({kKvHeads * hd, kDim}, DType::kF32, rng, 0.3f));
-    w.add_tensor(p + "attn_output.weight", random_weight({kDim, kDim}, DType::kF32, rng, 0.2f));
-    w.add_tensor(p + "ffn_norm.weight", ones(kDim));
-    w.add_tensor(p + "ffn_gate.weight", random_weight({kFf, kDim}, DType::kQ4_1, rng, 0.2f));
-    w.add_tensor(p + "ffn_up.weight", random_weight({kFf, kDim}, DType::kF32, rng, 0.2f));
-    w.add_tensor(p + "ffn_down.weight", random_weight({kDim, kFf}, DType::kF32, rng, 0.2f));
-  }
+  SyntheticLlamaConfig c;
+  c.name = "tiny_ppl";
+  c.n_layers = kLayers;
+  c.d_model = kDim;
+  c.d_ff = kFf;
+  c.n_heads = kHeads;
+  c.n_kv_heads = kKvHeads;
+  c.vocab_size = kVocab;
+  c.context_length = 128;
+  c.seed = 77;
   const std::string path = dir.file("tiny_ppl.gguf");
-  w.write(path);
+  write_synthetic_llama(c, path);
   return path;
 }
 
