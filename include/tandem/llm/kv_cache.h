@@ -65,6 +65,21 @@ class TANDEM_API KvPolicy {
   virtual void on_prefill_done(KvCache& cache) { (void)cache; }
   // Called after every decode step's tokens were appended to all layers.
   virtual void on_decode_step(KvCache& cache) { (void)cache; }
+
+  // Queries, for policies that score tokens by attention (SnapKV, ClusterAttn, H2O, QoKV).
+  // query_window(): how many of the last prompt tokens' queries the policy wants to see at the end
+  // of a prefill (0: none, the default). observes_decode_queries(): whether it also wants every
+  // decode step's query. The model then calls observe_queries() per layer, after that layer's K/V
+  // were appended to the cache, with the post-RoPE queries f32 [W, n_heads, head_dim] on the host
+  // and their positions (W <= query_window() at prefill: the last rows of the prompt; the step's
+  // rows in decode), and whether they come from the prefill or a decode step. Query head h reads
+  // KV head h / (n_heads / n_kv_heads).
+  virtual int query_window() const { return 0; }
+  virtual bool observes_decode_queries() const { return false; }
+  virtual void observe_queries(const KvCache& cache, int layer, const Tensor& q,
+                               std::span<const int32_t> positions, bool prefill) {
+    (void)cache, (void)layer, (void)q, (void)positions, (void)prefill;
+  }
 };
 
 // Keeps every token: the baseline every eviction policy is compared with.

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+// The KV-policy registry and the chain policy that runs several policies' hooks in order.
+#include "tandem/llm/kv_policy_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "tandem/core/error.h"
+
+namespace tandem::llm {
+namespace {
+
+struct Entry {
+  std::string description;
+  KvPolicyFactory factory;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, Entry> entries;
+};
+
+Registry& registry() {
+  static Registry r;  // constructed on first use, so static registrations in any order work
+  return r;
+}
+
+// Runs the hooks of its members left to right.
+class ChainPolicy final : public KvPolicy {
+ public:
+  explicit ChainPolicy(std::vector<std::shared_ptr<KvPolicy>> members)
+      : members_(std::move(members)) {}
+  std::string name() const override {
+    std::string n;
+    for (const auto& m : members_) n += (n.empty() ? "" : "+") + m->name();
+    return n;
+  }
+  void on_prefill_done(KvCache& cache) override {
+    for (auto& m : members_) m->on_prefill_done(cache);
+  }
+  void on_decode_step(KvCache& cache) override {
+    for (auto& m : members_) m->on_decode_step(cache);
+  }
+  int query_window() const override {
+    int w = 0;
+    for (const auto& m : members_) w = std::max(w, m->query_window());
+    return w;
+  }
+  bool observes_decode_queries() const override {
+    return std::any_of(members_.begin(), members_.end(),
+                       [](const auto& m) { return m->observes_decode_queries(); });
+  }
+  void observe_queries(const KvCache& cache, int layer, const Tensor& q,
+                       std::span<const int32_t> positions, bool prefill) override {
+    const int64_t rows = q.shape()[0];
+    for (auto& m : members_) {
+      if (!prefill) {
+        if (m->observes_decode_queries()) m->observe_queries(cache, layer, q, positions, false);
+        continue;
+      }
+      const int w = m->query_window();
+      if (w <= 0) continue;
+      if (w < rows) {  // the member asked for fewer rows: give it the last w
+        m->observe_queries(cache, layer, q.slice(0, rows - w, rows),
+                           positions.subspan(positions.size() - w), true);
+      } else {
+        m->observe_queries(cache, layer, q, positions, true);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::shared_ptr<KvPolicy>> members_;
+};
+
+std::string names_list() {
+  std::string s;
+  for (const auto& [name, e] : registry().entries) s += (s.empty() ? "" : ", ") + name;
+  return s.empty() ? "(none)" : s;
+}
+
+}  // namespace
+
+void register_kv_policy(const std::string& name, const std::string& description,
+                        KvPolicyFactory factory) {
+  if (name.empty() || name.find('+') != std::string::npos)
+    throw InvalidArgument("register_kv_policy: bad policy name '" + name + "'");
+  if (!factory) throw InvalidArgument("register_kv_policy: '" + name + "' has no factory");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (!r.entries.emplace(name, Entry{description, std::move(factory)}).second)
+    throw InvalidArgument("register_kv_policy: '" + name + "' is registered twice");
+}
+
+std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec, const KvPolicyOptions& options,
+                                         const KvCacheShape& shape) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t plus = spec.find('+', start);
+    parts.push_back(spec.substr(start, plus == std::string::npos ? plus : plus - start));
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  std::vector<std::shared_ptr<KvPolicy>> members;
+  for (const std::string& part : parts) {
+    KvPolicyFactory factory;
+    {
+      Registry& r = registry();
+      std::lock_guard lock(r.mutex);
+      auto it = r.entries.find(part);
+      if (it == r.entries.end())
+        throw InvalidArgument("unknown KV policy '" + part + "' in '" + spec +
+                              "' (registered: " + names_list() + ")");
+      factory = it->second.factory;
+    }
+    auto policy = factory(options, shape);
+    if (!policy) throw InvalidArgument("KV policy '" + part + "': factory returned nothing");
+    members.push_back(std::move(policy));
+  }
+  if (members.size() == 1) return members.front();
+  return std::make_shared<ChainPolicy>(std::move(members));
+}
+
+std::vector<KvPolicyInfo> kv_policies() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<KvPolicyInfo> out;
+  for (const auto& [name, e] : r.entries) out.push_back({name, e.description});
+  return out;
+}
+
+// The baseline: keeps everything.
+static KvPolicyRegistration full_registration("full",
+                                              "keeps every token (the uncompressed reference)",
+                                              [](const KvPolicyOptions&, const KvCacheShape&) {
+                                                return std::make_shared<FullCachePolicy>();
+                                              });
+
+}  // namespace tandem::llm
