@@ -161,6 +161,23 @@ class TANDEM_API Model {
   std::vector<Tensor> forward_batch(std::span<const SequenceChunk> chunks,
                                     const ForwardOptions& options = {}) const;
 
+  // Layer-range forward (pipeline stages, HPipe): runs decoder layers [first_layer, last_layer) on
+  // one slice of a sequence. `input` is I32 token ids [T] when options.embed (the embedding runs
+  // first), else F32 hidden states [T, d_model] from the previous stage. Returns F32 logits
+  // [T, vocab] ([1, vocab] with last_only) when options.head (final norm + output projection run
+  // last), else the hidden states [T, d_model]; always on the CPU. `cache` is shaped for the whole
+  // model; only layers [first_layer, last_layer) are appended to. Chaining ranges that cover
+  // [0, n_layers) over the same slices gives forward()'s logits up to float rounding (model_layers.cpp).
+  // llama models with plain RoPE only (Unsupported otherwise); InvalidArgument for bad ranges,
+  // shapes, ids or positions.
+  struct LayerRangeOptions {
+    bool embed = false;      // input is token ids; run the embedding first
+    bool head = false;       // run the final norm and the output projection after the layers
+    bool last_only = false;  // with head: logits of the last row only
+  };
+  Tensor forward_layers(const Tensor& input, std::span<const int32_t> positions, KvCache& cache,
+                        int first_layer, int last_layer, const LayerRangeOptions& options) const;
+
  private:
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;

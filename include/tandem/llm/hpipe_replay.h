@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// HPipe replay: runs a pipeline plan in this process, stage by stage and slice by slice, through
+// the real "llm.layers" stages (sched::make_stage), timing every stage x slice; each measured time
+// is stretched by 1 / speed_factor of the stage's emulated device. The pipelined schedule's
+// makespan then comes from the discrete-event simulator (sched/simulator.h) over those measured
+// times plus the emulated links' latency + bytes / bandwidth, beside the same simulation over the
+// cost model's predictions, so predicted and measured are reported per stage. This is the
+// measurement used until the multi-process runtime (src/sched) runs plans itself; it measures the
+// compute honestly but models the overlap (the simulator), which a real run would measure.
+//
+//   auto r = hpipe::replay_plan(plan, cluster, profile, prompt_ids, {});
+//   r.measured.makespan_s;  r.predicted.makespan_s;  r.last_logits;   // [1, vocab]
+//
+// The requests of a batch have the same cost: the replay runs one request and reuses its times for
+// the others (ReplayOptions::measured_requests runs more and averages). Thread-safety: sets
+// cpu_num_threads while it runs (restored afterwards).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <vector>
+
+#include "tandem/core/cluster.h"
+#include "tandem/core/tensor.h"
+#include "tandem/export.h"
+#include "tandem/llm/hpipe.h"
+#include "tandem/sched/simulator.h"
+
+namespace tandem::llm::hpipe {
+
+struct ReplayOptions {
+  int threads = 1;            // cpu_num_threads of every emulated device (as profiled)
+  int measured_requests = 1;  // requests actually run (their times averaged)
+};
+
+struct ReplayResult {
+  std::vector<std::vector<double>> measured_s;   // [packet][stage], seconds on the emulated device
+  std::vector<std::vector<double>> predicted_s;  // the cost model's, same shape
+  std::vector<std::vector<double>> transfer_s;   // [packet][boundary], emulated links
+  sched::PipelineSimResult measured, predicted;  // the schedule over each
+  std::vector<double> stage_measured_s, stage_predicted_s;  // per stage, summed over packets
+  Tensor last_logits;                                       // f32 [1, vocab], last prompt token
+  double wall_s = 0;                                        // real time the replay took
+  nlohmann::json to_json() const;  // summary (no per-packet arrays)
+};
+
+// InvalidArgument when the prompt length differs from the plan's or a plan device is missing from
+// the cluster; errors of the model / stages propagate.
+TANDEM_API ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
+                                    const ModelProfile& profile, std::span<const int32_t> prompt,
+                                    const ReplayOptions& options = {});
+
+}  // namespace tandem::llm::hpipe

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// The "llm.layers" stage kind: decoder layers [first_layer, last_layer) of a GGUF model as a
+// sched::Stage (pipeline plan contract, hpipe.h). Config:
+//   {"kind": "llm.layers", "model": "<gguf path>", "sha256": "<hex>" (checked when non-empty),
+//    "first_layer": a, "last_layer": b, "embed": bool, "head": bool}
+// Packets: meta {"pos_start": p} (positions p .. p+T-1), optional "last_only"; the first stage
+// takes I32 token ids [T], the others F32 hidden [T, d_model]; the last returns F32 logits. The
+// stage keeps one KvCache per request_id (so slice i attends to the slices before it) and frees
+// it in reset(). Stages of one process share the loaded model (one mapping per path).
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "../sha256.h"
+#include "tandem/core/error.h"
+#include "tandem/llm/model.h"
+#include "tandem/sched/stage.h"
+
+namespace tandem::llm {
+namespace {
+
+// One Model per path while any stage uses it.
+std::shared_ptr<const Model> shared_model(const std::string& path, const std::string& sha256) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<const Model>> models;
+  static std::map<std::string, std::string> hashes;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!sha256.empty()) {
+    auto h = hashes.find(path);
+    if (h == hashes.end()) h = hashes.emplace(path, sha256_file(path)).first;
+    if (h->second != sha256) {
+      throw InvalidArgument(cat("llm.layers: model '", path, "' has sha256 ", h->second,
+                                ", the plan expects ", sha256));
+    }
+  }
+  if (auto m = models[path].lock()) return m;
+  auto m = std::make_shared<const Model>(Model::load(path));
+  models[path] = m;
+  return m;
+}
+
+int int_config(const nlohmann::json& c, const char* key) {
+  if (!c.contains(key) || !c[key].is_number_integer()) {
+    throw InvalidArgument(cat("llm.layers: config '", key, "' missing or not an integer"));
+  }
+  return c[key].get<int>();
+}
+
+bool bool_config(const nlohmann::json& c, const char* key) {
+  if (!c.contains(key)) return false;
+  if (!c[key].is_boolean()) throw InvalidArgument(cat("llm.layers: config '", key, "' not a bool"));
+  return c[key].get<bool>();
+}
+
+class LayerStage : public sched::Stage {
+ public:
+  explicit LayerStage(const nlohmann::json& c) {
+    if (!c.contains("model") || !c["model"].is_string()) {
+      throw InvalidArgument("llm.layers: config 'model' (a GGUF path) missing");
+    }
+    const std::string sha =
+        c.contains("sha256") && c["sha256"].is_string() ? c["sha256"].get<std::string>() : "";
+    model_ = shared_model(c["model"].get<std::string>(), sha);
+    first_ = int_config(c, "first_layer");
+    last_ = int_config(c, "last_layer");
+    options_.embed = bool_config(c, "embed");
+    options_.head = bool_config(c, "head");
+    const int n = model_->config().n_layers;
+    if (first_ < 0 || last_ > n || first_ >= last_) {
+      throw InvalidArgument(cat("llm.layers: layers [", first_, ", ", last_,
+                                ") outside the model's ", n, " layers"));
+    }
+  }
+  std::string kind() const override { return "llm.layers"; }
+
+  sched::Packet process(sched::Packet in) override {
+    if (in.tensors.empty()) {
+      throw InvalidArgument(cat("llm.layers: packet of request ", in.request_id, " has no tensor"));
+    }
+    if (!in.meta.contains("pos_start") || !in.meta["pos_start"].is_number_integer() ||
+        in.meta["pos_start"].get<int64_t>() < 0) {
+      throw InvalidArgument(cat("llm.layers: packet of request ", in.request_id,
+                                " lacks a non-negative integer meta.pos_start"));
+    }
+    const Tensor& x = in.tensors[0];
+    if (x.rank() < 1) throw InvalidArgument("llm.layers: scalar input tensor");
+    const int64_t t = x.size(0), start = in.meta["pos_start"].get<int64_t>();
+    if (start + t > std::numeric_limits<int32_t>::max()) {
+      throw InvalidArgument(cat("llm.layers: positions ", start, " + ", t, " overflow"));
+    }
+    std::vector<int32_t> pos(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) pos[i] = static_cast<int32_t>(start + i);
+    auto it = caches_.find(in.request_id);
+    if (it == caches_.end()) it = caches_.emplace(in.request_id, model_->make_cache()).first;
+    Model::LayerRangeOptions opt = options_;
+    opt.last_only = options_.head && in.meta.contains("last_only") &&
+                    in.meta["last_only"].is_boolean() && in.meta["last_only"].get<bool>();
+    sched::Packet out;
+    out.request_id = in.request_id;
+    out.micro = in.micro;
+    out.n_micro = in.n_micro;
+    out.meta = std::move(in.meta);
+    out.tensors.push_back(model_->forward_layers(x, pos, it->second, first_, last_, opt));
+    return out;
+  }
+
+  void reset(uint64_t request_id) override { caches_.erase(request_id); }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  int first_ = 0, last_ = 0;
+  Model::LayerRangeOptions options_;
+  std::map<uint64_t, KvCache> caches_;
+};
+
+const sched::StageKindRegistration kLayerStage("llm.layers", [](const nlohmann::json& c) {
+  return std::make_unique<LayerStage>(c);
+});
+
+}  // namespace
+}  // namespace tandem::llm
