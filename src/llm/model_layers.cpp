@@ -22,17 +22,17 @@ Tensor Model::forward_layers(const Tensor& input, std::span<const int32_t> posit
                           "llama models with plain RoPE only"));
   }
   if (first_layer < 0 || last_layer > c.n_layers || first_layer > last_layer) {
-    throw InvalidArgument(cat("Model::forward_layers: layer range [", first_layer, ", ",
-                              last_layer, ") outside the model's ", c.n_layers, " layers"));
+    throw InvalidArgument(cat("Model::forward_layers: layer range [", first_layer, ", ", last_layer,
+                              ") outside the model's ", c.n_layers, " layers"));
   }
   const int64_t t = static_cast<int64_t>(positions.size());
   const int64_t d = c.d_model;
   if (t == 0) throw InvalidArgument("Model::forward_layers: no positions (empty slice)");
   if (options.embed) {
     if (input.dtype() != DType::kI32 || input.rank() != 1 || input.size(0) != t) {
-      throw InvalidArgument(cat("Model::forward_layers: with embed the input must be I32 token ids [",
-                                t, "], got ", dtype_name(input.dtype()), " ",
-                                input.shape().to_string()));
+      throw InvalidArgument(
+          cat("Model::forward_layers: with embed the input must be I32 token ids [", t, "], got ",
+              dtype_name(input.dtype()), " ", input.shape().to_string()));
     }
   } else if (input.dtype() != DType::kF32 || input.rank() != 2 || input.size(0) != t ||
              input.size(1) != d) {
@@ -43,9 +43,9 @@ Tensor Model::forward_layers(const Tensor& input, std::span<const int32_t> posit
   const KvCacheShape& cs = cache.shape();
   if (cs.n_layers != c.n_layers || cs.n_kv_heads != c.n_kv_heads || cs.head_dim != c.head_dim ||
       cs.device != device_) {
-    throw InvalidArgument(cat("Model::forward_layers: cache shaped for ", cs.n_layers,
-                              " layers, ", cs.n_kv_heads, " kv heads, head_dim ", cs.head_dim,
-                              " on ", cs.device.to_string(), "; the model has ", c.n_layers, ", ",
+    throw InvalidArgument(cat("Model::forward_layers: cache shaped for ", cs.n_layers, " layers, ",
+                              cs.n_kv_heads, " kv heads, head_dim ", cs.head_dim, " on ",
+                              cs.device.to_string(), "; the model has ", c.n_layers, ", ",
                               c.n_kv_heads, ", ", c.head_dim, " on ", device_.to_string()));
   }
   for (int64_t i = 0; i < t; ++i) {

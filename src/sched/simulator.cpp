@@ -61,16 +61,17 @@ PipelineSimResult simulate_pipeline(const PipelineSimInput& in) {
     for (size_t j = 0; j < n_stages; ++j) check_value(in.compute_s[p][j], "compute_s", p, j);
     for (size_t j = 0; j + 1 < n_stages; ++j) check_value(in.transfer_s[p][j], "transfer_s", p, j);
   }
+  if (!in.stage_device.empty() && in.stage_device.size() != n_stages) {
+    throw InvalidArgument(cat("simulate_pipeline: stage_device has ", in.stage_device.size(),
+                              " entries for ", n_stages, " stages"));
+  }
   std::vector<int> dev(n_stages);
   int n_devices = 0;
   for (size_t j = 0; j < n_stages; ++j) {
     dev[j] = in.stage_device.empty() ? static_cast<int>(j) : in.stage_device.at(j);
-    if (dev[j] < 0) throw InvalidArgument(cat("simulate_pipeline: stage ", j, " on device ", dev[j]));
+    if (dev[j] < 0)
+      throw InvalidArgument(cat("simulate_pipeline: stage ", j, " on device ", dev[j]));
     n_devices = std::max(n_devices, dev[j] + 1);
-  }
-  if (!in.stage_device.empty() && in.stage_device.size() != n_stages) {
-    throw InvalidArgument(cat("simulate_pipeline: stage_device has ", in.stage_device.size(),
-                              " entries for ", n_stages, " stages"));
   }
   if (!in.release_s.empty() && in.release_s.size() != n_packets) {
     throw InvalidArgument(cat("simulate_pipeline: release_s has ", in.release_s.size(),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// HPipe: pipelined prefill of long prompts over a chain of heterogeneous devices (Ma et al., "HPipe:
-// Large Language Model Pipeline Parallelism for Long Context on Heterogeneous Cost-effective
-// Devices", NAACL 2024 Industry; spec llm.md 2.1), beside its baselines (llm.md 3.1).
+// HPipe: pipelined prefill of long prompts over a chain of heterogeneous devices (Ma et al.,
+// "HPipe: Large Language Model Pipeline Parallelism for Long Context on Heterogeneous
+// Cost-effective Devices", NAACL 2024 Industry; spec llm.md 2.1), beside its baselines
+// (llm.md 3.1).
 //
 // Planning (offline, no hardware needed): from a ModelProfile (hpipe_profile.h) and a ClusterSpec
 // whose devices are taken in their listed order,
@@ -20,8 +21,8 @@
 // split), "terapipe" (even split + DP 2 with one homogeneous cost model: every device at the
 // cluster's mean speed), "uniform-K" (DP 1's split, K equal slices; the slicing ablation) and
 // "hpipe" (DP 1 + DP 2). Every plan's latency is predicted by the discrete-event simulator
-// (sched/simulator.h) over per-packet, per-stage cost-model times; throughput = batch * L / latency,
-// energy = sum of device power_w * busy seconds (dynamic energy).
+// (sched/simulator.h) over per-packet, per-stage cost-model times; throughput = batch * L /
+// latency, energy = sum of device power_w * busy seconds (dynamic energy).
 //
 //   auto prof = hpipe::ModelProfile::load("smollm2.hpipe.json");
 //   auto cluster = ClusterSpec::from_json_file("configs/clusters/hpipe-testbed.json");

@@ -6,11 +6,11 @@
 //   t_layer(s, c) = base(s) + a_s * s + a_c * c + a_sc * s * c
 //
 // base(s) is the measured no-context time (piecewise linear over the measured slice lengths; past
-// the largest one it grows linearly plus the within-slice attention pairs a_sc * (s^2 - s_max s)/2),
-// and [a_s, a_c, a_sc] a least-squares fit of the measured with-context residuals. One emulated
-// device d of a ClusterSpec runs the same kernels stretched by 1 / d.speed_factor, so its layer time
-// is t_layer / speed_factor (the cluster files set peak_flops in the same ratio). Links cost
-// latency_s + bytes / bandwidth_bytes_per_s.
+// the largest one it grows linearly plus the within-slice attention pairs a_sc * (s^2 - s_max
+// s)/2), and [a_s, a_c, a_sc] a least-squares fit of the measured with-context residuals. One
+// emulated device d of a ClusterSpec runs the same kernels stretched by 1 / d.speed_factor, so its
+// layer time is t_layer / speed_factor (the cluster files set peak_flops in the same ratio). Links
+// cost latency_s + bytes / bandwidth_bytes_per_s.
 //
 //   auto model = tandem::llm::Model::load("SmolLM2-135M-Instruct.Q4_1.gguf");
 //   auto prof = tandem::llm::hpipe::profile_model(model, "SmolLM2-135M-Instruct.Q4_1.gguf", {});
@@ -44,18 +44,18 @@ struct TANDEM_API LayerTimeFit {
 };
 
 struct TANDEM_API ModelProfile {
-  std::string model_name;         // general.name or the file name
-  std::string model_path;         // the GGUF it was measured on
-  std::string sha256;             // of that file
+  std::string model_name;  // general.name or the file name
+  std::string model_path;  // the GGUF it was measured on
+  std::string sha256;      // of that file
   int n_layers = 0, d_model = 0, d_ff = 0;
   int64_t vocab_size = 0;
-  int threads = 1;                 // CPU threads used while measuring (the reference device)
-  double layer_weight_bytes = 0;   // stored bytes of one decoder layer's weights
-  double embed_bytes = 0;          // token_embd
-  double head_bytes = 0;           // output norm + output projection (0 extra when tied)
+  int threads = 1;                      // CPU threads used while measuring (the reference device)
+  double layer_weight_bytes = 0;        // stored bytes of one decoder layer's weights
+  double embed_bytes = 0;               // token_embd
+  double head_bytes = 0;                // output norm + output projection (0 extra when tied)
   double kv_bytes_per_token_layer = 0;  // f32 K + V of one token in one layer
-  double act_bytes_per_token = 0;  // hidden state crossing a stage boundary (f32 d_model)
-  double head_row_s = 0;           // final norm + output projection of one row (last_only)
+  double act_bytes_per_token = 0;       // hidden state crossing a stage boundary (f32 d_model)
+  double head_row_s = 0;                // final norm + output projection of one row (last_only)
   LayerTimeFit layer;
   // Fit quality over the measured points: mean |pred - meas| / meas.
   double fit_mean_rel_error = 0;
@@ -69,7 +69,7 @@ struct TANDEM_API ModelProfile {
 
 struct ProfileOptions {
   std::vector<int> slice_lengths = {8, 32, 128, 512};  // s grid (tokens)
-  std::vector<int> context_lengths = {512, 2048};     // c values measured with every s
+  std::vector<int> context_lengths = {512, 2048};      // c values measured with every s
   int repeats = 3;                                     // best of
   int threads = 1;                                     // cpu_num_threads while measuring
   int layer = 0;                                       // which layer is timed

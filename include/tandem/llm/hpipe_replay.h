@@ -42,7 +42,7 @@ struct ReplayResult {
   std::vector<double> stage_measured_s, stage_predicted_s;  // per stage, summed over packets
   Tensor last_logits;                                       // f32 [1, vocab], last prompt token
   double wall_s = 0;                                        // real time the replay took
-  nlohmann::json to_json() const;  // summary (no per-packet arrays)
+  nlohmann::json to_json() const;                           // summary (no per-packet arrays)
 };
 
 // InvalidArgument when the prompt length differs from the plan's or a plan device is missing from

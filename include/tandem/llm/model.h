@@ -167,9 +167,9 @@ class TANDEM_API Model {
   // [T, vocab] ([1, vocab] with last_only) when options.head (final norm + output projection run
   // last), else the hidden states [T, d_model]; always on the CPU. `cache` is shaped for the whole
   // model; only layers [first_layer, last_layer) are appended to. Chaining ranges that cover
-  // [0, n_layers) over the same slices gives forward()'s logits up to float rounding (model_layers.cpp).
-  // llama models with plain RoPE only (Unsupported otherwise); InvalidArgument for bad ranges,
-  // shapes, ids or positions.
+  // [0, n_layers) over the same slices gives forward()'s logits up to float rounding
+  // (model_layers.cpp). llama models with plain RoPE only (Unsupported otherwise); InvalidArgument
+  // for bad ranges, shapes, ids or positions.
   struct LayerRangeOptions {
     bool embed = false;      // input is token ids; run the embedding first
     bool head = false;       // run the final norm and the output projection after the layers

@@ -48,13 +48,13 @@ struct SimTask {
 };
 
 struct PipelineSimResult {
-  double makespan_s = 0;                 // last completion time (from time 0)
-  std::vector<double> packet_done_s;     // completion of each packet at the last stage
-  std::vector<double> device_busy_s;     // per device: seconds computing
-  std::vector<double> link_busy_s;       // per stage boundary: seconds transferring
+  double makespan_s = 0;                    // last completion time (from time 0)
+  std::vector<double> packet_done_s;        // completion of each packet at the last stage
+  std::vector<double> device_busy_s;        // per device: seconds computing
+  std::vector<double> link_busy_s;          // per stage boundary: seconds transferring
   std::vector<double> stage_first_start_s;  // per stage: when it first started (pipeline fill)
-  std::vector<SimTask> timeline;         // every task, in completion order
-  int events = 0;                        // events processed
+  std::vector<SimTask> timeline;            // every task, in completion order
+  int events = 0;                           // events processed
 };
 
 // InvalidArgument naming the packet / stage for ragged or negative inputs.

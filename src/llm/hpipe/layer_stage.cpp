@@ -68,8 +68,8 @@ class LayerStage : public sched::Stage {
     options_.head = bool_config(c, "head");
     const int n = model_->config().n_layers;
     if (first_ < 0 || last_ > n || first_ >= last_) {
-      throw InvalidArgument(cat("llm.layers: layers [", first_, ", ", last_,
-                                ") outside the model's ", n, " layers"));
+      throw InvalidArgument(
+          cat("llm.layers: layers [", first_, ", ", last_, ") outside the model's ", n, " layers"));
     }
   }
   std::string kind() const override { return "llm.layers"; }

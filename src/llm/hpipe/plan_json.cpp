@@ -85,14 +85,16 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
   p.micro_batches = int_field(j, "micro_batches", where, 1);
   p.batch = j.contains("batch") ? int_field(j, "batch", where, 1) : p.micro_batches;
   if (p.batch % p.micro_batches != 0) {
-    throw parse_error(cat(where, ": batch ", p.batch, " is not a multiple of micro_batches ",
-                         p.micro_batches));
+    throw parse_error(
+        cat(where, ": batch ", p.batch, " is not a multiple of micro_batches ", p.micro_batches));
   }
   const nlohmann::json& sl = field(j, "slices", where);
-  if (!sl.is_array() || sl.empty()) throw parse_error(cat(where, ".slices: expected a non-empty array"));
+  if (!sl.is_array() || sl.empty())
+    throw parse_error(cat(where, ".slices: expected a non-empty array"));
   int64_t sum = 0;
   for (size_t i = 0; i < sl.size(); ++i) {
-    if (!sl[i].is_number_integer() || sl[i].get<int64_t>() < 1 || sl[i].get<int64_t>() > (1 << 30)) {
+    if (!sl[i].is_number_integer() || sl[i].get<int64_t>() < 1 ||
+        sl[i].get<int64_t>() > (1 << 30)) {
       throw parse_error(cat(where, ".slices[", i, "]: expected a positive integer"));
     }
     p.slices.push_back(sl[i].get<int>());
@@ -102,7 +104,8 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
     throw parse_error(cat(where, ".slices: sum ", sum, " != prompt_len ", p.prompt_len));
   }
   const nlohmann::json& st = field(j, "stages", where);
-  if (!st.is_array() || st.empty()) throw parse_error(cat(where, ".stages: expected a non-empty array"));
+  if (!st.is_array() || st.empty())
+    throw parse_error(cat(where, ".stages: expected a non-empty array"));
   for (size_t i = 0; i < st.size(); ++i) {
     const std::string w = cat(where, ".stages[", i, "]");
     StagePlan s;
@@ -128,14 +131,15 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
     }
     if (i > 0 && s.first_layer != p.stages.back().last_layer) {
       throw parse_error(cat(wc, ".first_layer ", s.first_layer, " does not continue stage ", i - 1,
-                           " (which ends at ", p.stages.back().last_layer, ")"));
+                            " (which ends at ", p.stages.back().last_layer, ")"));
     }
     if (s.embed != (i == 0) || s.head != (i + 1 == st.size())) {
       throw parse_error(cat(wc, ": embed must be set on the first stage only, head on the last"));
     }
     p.stages.push_back(s);
   }
-  if (p.stages.front().first_layer != 0) throw parse_error(cat(where, ".stages[0]: must start at layer 0"));
+  if (p.stages.front().first_layer != 0)
+    throw parse_error(cat(where, ".stages[0]: must start at layer 0"));
   if (j.contains("predicted")) {
     const nlohmann::json& pr = j["predicted"];
     if (!pr.is_object()) throw parse_error(cat(where, ".predicted: expected an object"));

@@ -17,8 +17,8 @@ double speed(const DeviceProfile& d, double override_speed) {
   return override_speed > 0 ? override_speed : d.speed_factor;
 }
 
-double layers_compute_s(const ModelProfile& prof, double n_layers, double spd, bool head,
-                        double s, double c) {
+double layers_compute_s(const ModelProfile& prof, double n_layers, double spd, bool head, double s,
+                        double c) {
   return (n_layers * prof.layer.predict_s(s, c) + (head ? prof.head_row_s : 0.0)) / spd;
 }
 
@@ -53,8 +53,8 @@ void check_inputs(const ModelProfile& prof, const ClusterSpec& cl, int prompt_le
   }
   for (size_t j = 0; j + 1 < cl.devices.size(); ++j) {
     if (!cl.has_link(cl.devices[j].name, cl.devices[j + 1].name)) {
-      throw InvalidArgument(cat("HPipe: no link between consecutive devices '",
-                                cl.devices[j].name, "' and '", cl.devices[j + 1].name, "'"));
+      throw InvalidArgument(cat("HPipe: no link between consecutive devices '", cl.devices[j].name,
+                                "' and '", cl.devices[j + 1].name, "'"));
     }
   }
 }
@@ -77,11 +77,10 @@ bool fits(const ModelProfile& prof, const DeviceProfile& d, int a, int b, bool e
 [[noreturn]] void throw_no_fit(const ModelProfile& prof, const ClusterSpec& cl, int prompt_len,
                                int batch) {
   const double tokens = double(prompt_len) * batch;
-  std::string msg = cat("HPipe: no split of the ", prof.n_layers, " layers of '", prof.model_name,
-                        "' fits the devices' memory at ", prompt_len, " tokens x batch ", batch,
-                        " (one layer needs ",
-                        static_cast<int64_t>(stage_memory_bytes(prof, 0, 1, false, false, tokens)),
-                        " bytes):");
+  std::string msg = cat(
+      "HPipe: no split of the ", prof.n_layers, " layers of '", prof.model_name,
+      "' fits the devices' memory at ", prompt_len, " tokens x batch ", batch, " (one layer needs ",
+      static_cast<int64_t>(stage_memory_bytes(prof, 0, 1, false, false, tokens)), " bytes):");
   int total = 0;
   for (size_t m = 0; m < cl.devices.size(); ++m) {
     const DeviceProfile& d = cl.devices[m];
@@ -169,12 +168,11 @@ std::vector<int> even_split(const ModelProfile& prof, const ClusterSpec& cl, int
   for (int j = 0; j < nd; ++j) {
     const DeviceProfile& d = cl.devices[j];
     if (!fits(prof, d, cuts[j], cuts[j + 1], j == 0, j + 1 == nd, tokens)) {
-      throw Infeasible(cat(
-          "HPipe: the even split gives device '", d.name, "' layers [", cuts[j], ", ",
-          cuts[j + 1], ") needing ",
-          static_cast<int64_t>(
-              stage_memory_bytes(prof, cuts[j], cuts[j + 1], j == 0, j + 1 == nd, tokens)),
-          " bytes; it has ", static_cast<int64_t>(d.mem_bytes)));
+      throw Infeasible(cat("HPipe: the even split gives device '", d.name, "' layers [", cuts[j],
+                           ", ", cuts[j + 1], ") needing ",
+                           static_cast<int64_t>(stage_memory_bytes(prof, cuts[j], cuts[j + 1],
+                                                                   j == 0, j + 1 == nd, tokens)),
+                           " bytes; it has ", static_cast<int64_t>(d.mem_bytes)));
     }
   }
   return cuts;
@@ -250,7 +248,7 @@ std::vector<int> slice_tokens(const ModelProfile& prof, const ClusterSpec& cl,
         }
       }
     }
-    const double total = F[n] + (double(ns) - 1) * tmax;
+    const double total = opt.batch * F[n] + (double(ns) - 1) * tmax;
     if (total < best_total) {
       best_total = total;
       best_back = back;

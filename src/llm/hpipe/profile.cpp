@@ -25,8 +25,7 @@ ParseError parse_error(const std::string& message) {
 }
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 Tensor random_hidden(int64_t t, int64_t d, uint64_t seed) {
@@ -111,7 +110,7 @@ LayerTimeFit LayerTimeFit::from_json(const nlohmann::json& j, const std::string&
   for (size_t i = 0; i < f.s_grid.size(); ++i) {
     if (!(f.s_grid[i] > 0) || (i > 0 && f.s_grid[i] <= f.s_grid[i - 1]) || !(f.base_s[i] >= 0)) {
       throw parse_error(cat(where, ": s_grid[", i, "] / base_s[", i,
-                           "]: need ascending positive lengths and non-negative times"));
+                            "]: need ascending positive lengths and non-negative times"));
     }
   }
   f.a_s = number(j, "a_s", where);
@@ -216,17 +215,16 @@ ModelProfile profile_model(const Model& model, const std::string& path,
   std::vector<int> s_grid = options.slice_lengths;
   std::sort(s_grid.begin(), s_grid.end());
   s_grid.erase(std::unique(s_grid.begin(), s_grid.end()), s_grid.end());
-  const int max_c = options.context_lengths.empty()
-                        ? 0
-                        : *std::max_element(options.context_lengths.begin(),
-                                            options.context_lengths.end());
+  const int max_c =
+      options.context_lengths.empty()
+          ? 0
+          : *std::max_element(options.context_lengths.begin(), options.context_lengths.end());
   if (s_grid.front() < 1 || (c.context_length > 0 && s_grid.back() + max_c > c.context_length)) {
     throw InvalidArgument(cat("profile_model: slice ", s_grid.back(), " + context ", max_c,
                               " outside the model's context of ", c.context_length, " tokens"));
   }
   ModelProfile p;
-  p.model_name =
-      c.name.empty() ? std::filesystem::path(path).filename().string() : c.name;
+  p.model_name = c.name.empty() ? std::filesystem::path(path).filename().string() : c.name;
   p.model_path = path;
   p.sha256 = sha256_file(path);
   p.n_layers = c.n_layers;
@@ -235,8 +233,8 @@ ModelProfile profile_model(const Model& model, const std::string& path,
   p.vocab_size = c.vocab_size;
   p.threads = options.threads;
   const LayerWeights& w = model.layer(options.layer);
-  for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate,
-                          &w.w_up, &w.w_down}) {
+  for (const Tensor* t :
+       {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.ffn_norm, &w.w_gate, &w.w_up, &w.w_down}) {
     if (t->defined()) p.layer_weight_bytes += static_cast<double>(t->nbytes());
   }
   p.embed_bytes = static_cast<double>(model.token_embd().nbytes());
@@ -302,7 +300,8 @@ ModelProfile profile_model(const Model& model, const std::string& path,
     p.layer.a_c = x[1];
     p.layer.a_sc = x[2];
   }
-  for (size_t i = 0; i < s_grid.size(); ++i) pts.push_back({double(s_grid[i]), 0, p.layer.base_s[i]});
+  for (size_t i = 0; i < s_grid.size(); ++i)
+    pts.push_back({double(s_grid[i]), 0, p.layer.base_s[i]});
   double err = 0;
   for (const Point& q : pts) {
     const double pred = p.layer.predict_s(q.s, q.c);

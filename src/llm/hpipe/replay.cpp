@@ -12,14 +12,16 @@ namespace tandem::llm::hpipe {
 namespace {
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 nlohmann::json stage_config(const PipelinePlan& plan, const StagePlan& s) {
-  return {{"kind", "llm.layers"},       {"model", plan.model_path},
-          {"sha256", plan.sha256},      {"first_layer", s.first_layer},
-          {"last_layer", s.last_layer}, {"embed", s.embed},
+  return {{"kind", "llm.layers"},
+          {"model", plan.model_path},
+          {"sha256", plan.sha256},
+          {"first_layer", s.first_layer},
+          {"last_layer", s.last_layer},
+          {"embed", s.embed},
           {"head", s.head}};
 }
 
@@ -39,15 +41,16 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
                          const ModelProfile& profile, std::span<const int32_t> prompt,
                          const ReplayOptions& options) {
   if (static_cast<int>(prompt.size()) != plan.prompt_len) {
-    throw InvalidArgument(cat("replay_plan: prompt of ", prompt.size(), " tokens for a plan of ",
-                              plan.prompt_len));
+    throw InvalidArgument(
+        cat("replay_plan: prompt of ", prompt.size(), " tokens for a plan of ", plan.prompt_len));
   }
   if (options.threads < 1 || options.measured_requests < 1) {
     throw InvalidArgument("replay_plan: threads and measured_requests must be >= 1");
   }
   const size_t ns = plan.stages.size();
   std::vector<double> stretch(ns);
-  for (size_t j = 0; j < ns; ++j) stretch[j] = 1.0 / cluster.device(plan.stages[j].device).speed_factor;
+  for (size_t j = 0; j < ns; ++j)
+    stretch[j] = 1.0 / cluster.device(plan.stages[j].device).speed_factor;
   std::vector<std::unique_ptr<sched::Stage>> stages;
   for (const StagePlan& s : plan.stages) stages.push_back(sched::make_stage(stage_config(plan, s)));
 
@@ -90,7 +93,8 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
   sched::PipelineSimInput meas = pred;
   const double per_packet = double(plan.batch) / plan.micro_batches;
   for (size_t p = 0; p < meas.compute_s.size(); ++p) {
-    for (size_t j = 0; j < ns; ++j) meas.compute_s[p][j] = per_packet * per_request[p % n_slices][j];
+    for (size_t j = 0; j < ns; ++j)
+      meas.compute_s[p][j] = per_packet * per_request[p % n_slices][j];
   }
   r.measured_s = meas.compute_s;
   r.predicted_s = pred.compute_s;
