@@ -34,7 +34,7 @@ struct ReplayOptions {
   int measured_requests = 1;  // requests actually run (their times averaged)
 };
 
-struct ReplayResult {
+struct TANDEM_API ReplayResult {
   std::vector<std::vector<double>> measured_s;   // [packet][stage], seconds on the emulated device
   std::vector<std::vector<double>> predicted_s;  // the cost model's, same shape
   std::vector<std::vector<double>> transfer_s;   // [packet][boundary], emulated links
