@@ -282,21 +282,22 @@ ModelProfile profile_model(const Model& model, const std::string& path,
     if (ctx <= 0) continue;
     for (int s : s_grid) pts.push_back({double(s), double(ctx), time_layer(s, ctx)});
   }
-  if (!pts.empty()) {  // least squares of the residual over [s, c, s c]
+  if (!pts.empty()) {
+    // Least squares of the with-context residual over [c, s c]. The spec's b s term is not fitted:
+    // at batch 1 it is part of base(s), which the c = 0 curve then reproduces exactly.
     std::array<std::array<double, 3>, 3> m{};
     std::array<double, 3> b{};
-    LayerTimeFit base_only = p.layer;
+    m[0][0] = 1.0;  // a_s pinned to 0
     for (const Point& q : pts) {
-      const std::array<double, 3> f = {q.s, q.c, q.s * q.c};
-      const double r = q.t - base_only.predict_s(q.s, 0);
-      for (int i = 0; i < 3; ++i) {
-        for (int k = 0; k < 3; ++k) m[i][k] += f[i] * f[k];
-        b[i] += f[i] * r;
+      const std::array<double, 2> f = {q.c, q.s * q.c};
+      const double r = q.t - p.layer.predict_s(q.s, 0);
+      for (int i = 0; i < 2; ++i) {
+        for (int k = 0; k < 2; ++k) m[i + 1][k + 1] += f[i] * f[k];
+        b[i + 1] += f[i] * r;
       }
     }
-    for (int i = 0; i < 3; ++i) m[i][i] *= 1.0 + 1e-9;  // ridge against collinear grids
+    for (int i = 1; i < 3; ++i) m[i][i] *= 1.0 + 1e-9;  // ridge against collinear grids
     const auto x = solve3(m, b);
-    p.layer.a_s = x[0];
     p.layer.a_c = x[1];
     p.layer.a_sc = x[2];
   }
