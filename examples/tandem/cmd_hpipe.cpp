@@ -52,6 +52,8 @@ struct HpipeOptions {
   int n_layers = 0;  // plan as if the model had this many layers of the profiled shape
   int threads = 1;
   int replay_max_len = 2048;
+  int replay_repeats = 1;
+  double mem_scale = 1.0;
   bool quick = false;
   bool no_progress = false;
 };
@@ -105,8 +107,8 @@ ModelProfile measure_profile(const HpipeOptions& o) {
   po.context_lengths = int_list(o.context_grid, "--context-grid");
   const bool wide = model.config().d_model >= 2048;
   if (o.quick || wide) {  // 7B-wide layers: fewer, shorter points
-    po.slice_lengths = wide ? std::vector<int>{8, 16, 32, 64, 128} : std::vector<int>{8, 32, 128};
-    po.context_lengths = {256};
+    po.slice_lengths = {8, 32, 128};
+    po.context_lengths = {256, 1024};
     po.repeats = wide ? 1 : 2;
   }
   std::cerr << "hpipe: profiling " << path << " on " << o.threads << " thread(s)...\n";
@@ -209,8 +211,9 @@ nlohmann::json compare_one(const ModelProfile& p, const ClusterSpec& cl, const H
   row["predicted_throughput"] = plan.predicted.throughput_tokens_per_s;
   row["predicted_energy_j"] = plan.predicted.energy_j;
   if (replay) {
-    const auto r = llm::hpipe::replay_plan(plan, cl, p, random_prompt(len, p.vocab_size),
-                                           {.threads = o.threads});
+    const auto r =
+        llm::hpipe::replay_plan(plan, cl, p, random_prompt(len, p.vocab_size),
+                                {.threads = o.threads, .measured_requests = o.replay_repeats});
     row["replay"] = r.to_json();
     row["measured_latency_s"] = r.measured.makespan_s;
     row["measured_throughput"] = double(o.batch) * len / r.measured.makespan_s;
@@ -230,7 +233,8 @@ int run_compare_cmd(const HpipeOptions& o) {
   const auto replayed = split_list(o.replay_systems);
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& cpath : split_list(o.cluster_path)) {
-    const ClusterSpec cl = ClusterSpec::from_json_file(cpath);
+    ClusterSpec cl = ClusterSpec::from_json_file(cpath);
+    for (DeviceProfile& d : cl.devices) d.mem_bytes *= o.mem_scale;
     const std::string cname = std::filesystem::path(cpath).stem().string();
     for (int len : lens) {
       nlohmann::json base_row, gpipe_row;
@@ -410,6 +414,13 @@ const CommandRegistration kReg([](CLI::App& app) {
   cmp->add_option("--prompt-lens", o->prompt_lens, "Prompt lengths")->capture_default_str();
   cmp->add_option("--replay", o->replay_systems,
                   "Systems also measured by the in-process replay (comma-separated)");
+  cmp->add_option("--replay-repeats", o->replay_repeats,
+                  "Requests each replay runs (the least time per stage x slice is kept)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmp->add_option("--mem-scale", o->mem_scale, "Multiply every device's mem_bytes by this")
+      ->check(CLI::Range(1e-6, 1e6))
+      ->capture_default_str();
   cmp->add_option("--replay-max-len", o->replay_max_len, "Replay prompts up to this length")
       ->capture_default_str();
   CLI::App* scale = hp->add_subcommand("scale", "Simulator predictions for 8..64 devices");

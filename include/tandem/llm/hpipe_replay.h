@@ -11,8 +11,9 @@
 //   auto r = hpipe::replay_plan(plan, cluster, profile, prompt_ids, {});
 //   r.measured.makespan_s;  r.predicted.makespan_s;  r.last_logits;   // [1, vocab]
 //
-// The requests of a batch have the same cost: the replay runs one request and reuses its times for
-// the others (ReplayOptions::measured_requests runs more and averages). Thread-safety: sets
+// The requests of a batch have the same cost: the replay runs measured_requests requests, keeps
+// each stage x slice's least time (best-of, as the profile measures) and uses it for every request
+// of the batch. Thread-safety: sets
 // cpu_num_threads while it runs (restored afterwards).
 #pragma once
 
@@ -31,7 +32,7 @@ namespace tandem::llm::hpipe {
 
 struct ReplayOptions {
   int threads = 1;            // cpu_num_threads of every emulated device (as profiled)
-  int measured_requests = 1;  // requests actually run (their times averaged)
+  int measured_requests = 1;  // requests actually run (least time per stage x slice kept)
 };
 
 struct TANDEM_API ReplayResult {

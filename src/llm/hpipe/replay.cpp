@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // replay_plan (hpipe_replay.h): in-process, sequential run of a plan's stages over its slices,
 // timed per stage x slice, then scheduled by the simulator.
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
@@ -64,8 +66,9 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
   ReplayResult r;
   const double wall0 = now_s();
   const size_t n_slices = plan.slices.size();
-  // per_request[i][j]: seconds of slice i on stage j for one request (mean over measured ones).
-  std::vector<std::vector<double>> per_request(n_slices, std::vector<double>(ns, 0.0));
+  // per_request[i][j]: seconds of slice i on stage j for one request (least over measured ones).
+  std::vector<std::vector<double>> per_request(
+      n_slices, std::vector<double>(ns, std::numeric_limits<double>::infinity()));
   for (int req = 0; req < options.measured_requests; ++req) {
     int pos = 0;
     for (size_t i = 0; i < n_slices; ++i) {
@@ -80,7 +83,7 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
       for (size_t j = 0; j < ns; ++j) {
         const double t0 = now_s();
         p = stages[j]->process(std::move(p));
-        per_request[i][j] += (now_s() - t0) * stretch[j] / options.measured_requests;
+        per_request[i][j] = std::min(per_request[i][j], (now_s() - t0) * stretch[j]);
       }
       if (i + 1 == n_slices && req + 1 == options.measured_requests) r.last_logits = p.tensors[0];
       pos += plan.slices[i];
