@@ -76,7 +76,9 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
       p.request_id = static_cast<uint64_t>(req);
       p.micro = static_cast<int32_t>(i);
       p.n_micro = static_cast<int32_t>(n_slices);
-      p.meta = {{"pos_start", pos}, {"seq", i}, {"last_only", i + 1 == n_slices}};
+      p.meta = {{"pos_start", pos},
+                {"seq", i},
+                {"last_only", true}};  // prefill: no logits but the last row
       p.tensors.push_back(Tensor::from_vector(
           std::vector<int32_t>(prompt.begin() + pos, prompt.begin() + pos + plan.slices[i]),
           {plan.slices[i]}, DType::kI32));
