@@ -5,11 +5,11 @@
 //
 //   t_layer(s, c) = base(s) + a_s * s + a_c * c + a_sc * s * c
 //
-// base(s) is the measured no-context time (piecewise linear over the measured slice lengths; past
-// the largest one it grows linearly plus the within-slice attention pairs a_sc (s^2 - s_max s) /
-// 2), and [a_c, a_sc] a least-squares fit of the measured with-context residuals t(s, c) - base(s).
-// The spec's b*s regression term stays a_s = 0: at batch 1 it is part of base(s) (fitting it would
-// move the c = 0 curve away from the measurements). One emulated device d of a ClusterSpec runs the
+// base(s) is the no-context time of the measured slice lengths (piecewise linear between them;
+// past the largest it grows linearly plus the within-slice attention pairs a_sc (s^2 - s_max s)/2);
+// base at every measured s, a_c and a_sc are fitted jointly by least squares over all measured
+// (s, c) points, so each base(s) draws on every context length. The spec's b*s regression term
+// stays a_s = 0: at batch 1 it is part of base(s). One emulated device d of a ClusterSpec runs the
 // same kernels stretched by 1 / d.speed_factor, so its layer time is t_layer / speed_factor (the
 // cluster files set peak_flops in the same ratio). Links cost latency_s + bytes /
 // bandwidth_bytes_per_s.

@@ -42,24 +42,28 @@ std::vector<int32_t> range_positions(int64_t start, int64_t n) {
   return p;
 }
 
-// Solves the 3x3 system m x = b (Gaussian elimination with partial pivoting); zeros when singular.
-std::array<double, 3> solve3(std::array<std::array<double, 3>, 3> m, std::array<double, 3> b) {
-  for (int col = 0; col < 3; ++col) {
-    int piv = col;
-    for (int r = col + 1; r < 3; ++r) {
+// Solves the k x k system m x = b (Gaussian elimination with partial pivoting); zeros when
+// singular.
+std::vector<double> solve(std::vector<std::vector<double>> m, std::vector<double> b) {
+  const size_t k = b.size();
+  for (size_t col = 0; col < k; ++col) {
+    size_t piv = col;
+    for (size_t r = col + 1; r < k; ++r) {
       if (std::abs(m[r][col]) > std::abs(m[piv][col])) piv = r;
     }
-    if (std::abs(m[piv][col]) < 1e-300) return {0, 0, 0};
+    if (std::abs(m[piv][col]) < 1e-300) return std::vector<double>(k, 0.0);
     std::swap(m[piv], m[col]);
     std::swap(b[piv], b[col]);
-    for (int r = 0; r < 3; ++r) {
+    for (size_t r = 0; r < k; ++r) {
       if (r == col) continue;
       const double f = m[r][col] / m[col][col];
-      for (int k = 0; k < 3; ++k) m[r][k] -= f * m[col][k];
+      for (size_t q = 0; q < k; ++q) m[r][q] -= f * m[col][q];
       b[r] -= f * b[col];
     }
   }
-  return {b[0] / m[0][0], b[1] / m[1][1], b[2] / m[2][2]};
+  std::vector<double> x(k);
+  for (size_t r = 0; r < k; ++r) x[r] = b[r] / m[r][r];
+  return x;
 }
 
 double number(const nlohmann::json& j, const char* key, const std::string& where) {
@@ -270,39 +274,43 @@ ModelProfile profile_model(const Model& model, const std::string& path,
     return best;
   };
   time_layer(s_grid.front(), 0);  // warm-up (page in the weights)
-  for (int s : s_grid) {
-    p.layer.s_grid.push_back(s);
-    p.layer.base_s.push_back(time_layer(s, 0));
-  }
   struct Point {
     double s, c, t;
+    size_t si;  // index of s in s_grid
   };
   std::vector<Point> pts;
+  for (size_t i = 0; i < s_grid.size(); ++i) {
+    p.layer.s_grid.push_back(s_grid[i]);
+    pts.push_back({double(s_grid[i]), 0.0, time_layer(s_grid[i], 0), i});
+  }
   for (int ctx : options.context_lengths) {
     if (ctx <= 0) continue;
-    for (int s : s_grid) pts.push_back({double(s), double(ctx), time_layer(s, ctx)});
-  }
-  if (!pts.empty()) {
-    // Least squares of the with-context residual over [c, s c]. The spec's b s term is not fitted:
-    // at batch 1 it is part of base(s), which the c = 0 curve then reproduces exactly.
-    std::array<std::array<double, 3>, 3> m{};
-    std::array<double, 3> b{};
-    m[0][0] = 1.0;  // a_s pinned to 0
-    for (const Point& q : pts) {
-      const std::array<double, 2> f = {q.c, q.s * q.c};
-      const double r = q.t - p.layer.predict_s(q.s, 0);
-      for (int i = 0; i < 2; ++i) {
-        for (int k = 0; k < 2; ++k) m[i + 1][k + 1] += f[i] * f[k];
-        b[i + 1] += f[i] * r;
-      }
+    for (size_t i = 0; i < s_grid.size(); ++i) {
+      pts.push_back({double(s_grid[i]), double(ctx), time_layer(s_grid[i], ctx), i});
     }
-    for (int i = 1; i < 3; ++i) m[i][i] *= 1.0 + 1e-9;  // ridge against collinear grids
-    const auto x = solve3(m, b);
-    p.layer.a_c = x[1];
-    p.layer.a_sc = x[2];
   }
-  for (size_t i = 0; i < s_grid.size(); ++i)
-    pts.push_back({double(s_grid[i]), 0, p.layer.base_s[i]});
+  // Joint least squares over every point: one base(s) per measured s, plus a_c and a_sc. Each
+  // base(s) then draws on all context lengths, so one lucky (or unlucky) c = 0 run does not set
+  // the curve alone. The spec's b s term is not fitted: at batch 1 it is part of base(s).
+  const size_t ks = s_grid.size(), k = ks + 2;
+  std::vector<std::vector<double>> m(k, std::vector<double>(k, 0.0));
+  std::vector<double> b(k, 0.0);
+  for (const Point& q : pts) {
+    std::vector<double> f(k, 0.0);
+    f[q.si] = 1.0;
+    f[ks] = q.c;
+    f[ks + 1] = q.s * q.c;
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t j = 0; j < k; ++j) m[i][j] += f[i] * f[j];
+      b[i] += f[i] * q.t;
+    }
+  }
+  for (size_t i = 0; i < k; ++i) m[i][i] *= 1.0 + 1e-9;  // ridge against collinear grids
+  const std::vector<double> x = solve(m, b);
+  p.layer.base_s.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(ks));
+  for (double& v : p.layer.base_s) v = std::max(v, 0.0);
+  p.layer.a_c = x[ks];
+  p.layer.a_sc = x[ks + 1];
   double err = 0;
   for (const Point& q : pts) {
     const double pred = p.layer.predict_s(q.s, q.c);
