@@ -15,6 +15,7 @@
 #include "tandem/llm/hpipe.h"
 #include "tandem/llm/hpipe_replay.h"
 #include "tandem/llm/model.h"
+#include "tandem/llm/model_store.h"
 #include "tandem/llm/synthetic_model.h"
 #include "tandem/sched/stage.h"
 
@@ -224,6 +225,42 @@ TEST_F(HpipeExactness, ReplayOfAPlanMatchesAndTimesEveryStage) {
   EXPECT_GE(r.measured.makespan_s,
             *std::max_element(r.stage_measured_s.begin(), r.stage_measured_s.end()));
   EXPECT_THROW(hpipe::replay_plan(plan, cl, prof, prompt(95, 5), {}), InvalidArgument);
+}
+
+TEST(HpipeRealModel, SmolLM2ThreeStagesMatchSingleDevice) {
+  std::string path;
+  try {
+    path = default_model_path();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "SmolLM2 model unavailable: " << e.what();
+  }
+  const Model model = Model::load(path);
+  std::mt19937 rng(9);
+  std::vector<int32_t> ids(40);
+  for (int32_t& t : ids) t = static_cast<int32_t>(rng() % 49152);
+  std::vector<int32_t> pos(40);
+  std::iota(pos.begin(), pos.end(), 0);
+  KvCache cache = model.make_cache();
+  const Tensor ref = model.forward(ids, pos, cache);
+  std::vector<std::unique_ptr<sched::Stage>> stages;
+  const std::vector<int> cuts = {0, 7, 19, 30};
+  for (size_t j = 0; j + 1 < cuts.size(); ++j) {
+    stages.push_back(sched::make_stage({{"kind", "llm.layers"},
+                                        {"model", path},
+                                        {"sha256", ""},
+                                        {"first_layer", cuts[j]},
+                                        {"last_layer", cuts[j + 1]},
+                                        {"embed", j == 0},
+                                        {"head", j + 2 == cuts.size()}}));
+  }
+  const Tensor got = run_stages(stages, ids, {17, 8, 15}, 3);
+  ASSERT_EQ(got.shape(), ref.shape());
+  double max_ref = 0, max_diff = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    max_ref = std::max(max_ref, double(std::abs(ref.data<float>()[i])));
+    max_diff = std::max(max_diff, double(std::abs(got.data<float>()[i] - ref.data<float>()[i])));
+  }
+  EXPECT_LE(max_diff, 1e-4 * max_ref) << "max |diff| " << max_diff << " of max |logit| " << max_ref;
 }
 
 }  // namespace
