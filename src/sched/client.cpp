@@ -29,26 +29,51 @@ WorkerClient::WorkerClient(std::string endpoint, const std::optional<ClusterKey>
   sock_.connect(endpoint_);
 }
 
+void WorkerClient::send_or_lost(const std::string& frame, MsgType what, uint64_t seq) {
+  try {
+    sock_.send(frame, options_.heartbeat_timeout_s);
+  } catch (const TransportError& e) {
+    // A DEALER with no live connection cannot queue: the worker is gone or never accepted us.
+    throw WorkerLost("worker " + endpoint_ + ": cannot send " + msg_type_name(what) + " seq " +
+                     std::to_string(seq) + " (no connection: down, unreachable, or it refused " +
+                     "our cluster key): " + e.what());
+  }
+}
+
 Message WorkerClient::call(Message m, double first_answer_timeout_s) {
   m.seq = next_seq_++;
   const uint64_t seq = m.seq;
   const std::string frame = encode(m, options_.checksum);
-  sock_.send(frame, options_.heartbeat_timeout_s);
+  send_or_lost(frame, m.type, seq);
   bytes_sent_ += frame.size();
   const auto start = Clock::now();
   auto last_heard = start;
   auto last_ping = start;
-  bool heard_any = false;
+  bool heard_any = ever_heard_;
+  int resends = 0;
   for (;;) {
     const double wait = std::min(options_.heartbeat_interval_s, options_.heartbeat_timeout_s);
     auto frames = sock_.recv(wait);
     if (frames) {
-      heard_any = true;
+      heard_any = ever_heard_ = true;
       last_heard = Clock::now();
       if (frames->size() != 1) continue;
       bytes_received_ += (*frames)[0].size();
       Message r = decode((*frames)[0].data(), (*frames)[0].size(), options_.limits);
-      if (r.type == MsgType::kPong) continue;
+      if (r.type == MsgType::kPong) {
+        if (r.json.value("lost", false)) {
+          // The worker never got the request (ZeroMQ dropped it with a connection): send it again.
+          if (++resends > options_.max_resends)
+            throw TransportError("worker " + endpoint_ + ": " + msg_type_name(m.type) + " seq " +
+                                 std::to_string(seq) + " was lost " + std::to_string(resends) +
+                                 " times on the way (larger than the worker accepts?)");
+          log().warn("worker client: {} seq {} to {} was lost; re-sending", msg_type_name(m.type),
+                     seq, endpoint_);
+          send_or_lost(frame, m.type, seq);
+          bytes_sent_ += frame.size();
+        }
+        continue;
+      }
       if (r.type == MsgType::kError && (r.seq == seq || r.seq == 0)) {
         std::string what = r.json.value("what", std::string("unknown error"));
         throw RemoteError("worker " + endpoint_ + ": " + what);
@@ -69,7 +94,8 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s) {
       Message ping;
       ping.type = MsgType::kPing;
       ping.seq = next_seq_++;
-      sock_.send(encode(ping), options_.heartbeat_timeout_s);
+      ping.json = {{"awaiting", seq}};
+      send_or_lost(encode(ping), m.type, seq);
       last_ping = Clock::now();
     }
   }

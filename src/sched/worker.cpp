@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "tandem/core/backend.h"
@@ -28,6 +29,7 @@ struct Job {
 };
 struct Reply {
   std::string peer;
+  uint64_t seq = 0;
   std::string frame;
 };
 
@@ -57,6 +59,9 @@ struct Worker::Impl {
   std::deque<Job> jobs;
   std::deque<Reply> outbox;
   bool closing = false;
+  // Requests received and not yet answered, by (peer, seq): a ping naming a seq that is not here
+  // (and was not answered) tells the client its request was lost on the way.
+  std::set<std::pair<std::string, uint64_t>> in_hand;
 
   // Touched by the compute thread only.
   std::map<uint32_t, std::unique_ptr<Stage>> stages;
@@ -72,8 +77,9 @@ Worker::Worker(WorkerOptions options)
   zmq_setsockopt(impl_->router.raw(), ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));
   int64_t max_msg = static_cast<int64_t>(options_.limits.max_message_bytes);
   zmq_setsockopt(impl_->router.raw(), ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg));
-  char tag[64];
-  std::snprintf(tag, sizeof(tag), "%p", static_cast<void*>(impl_.get()));
+  // inproc names are unbound asynchronously after close: never reuse one within a process.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tag = std::to_string(::getpid()) + "." + std::to_string(counter++);
   if (options_.key) {
     const std::string mon = std::string("inproc://tandem.worker.monitor.") + tag;
     if (zmq_socket_monitor(impl_->router.raw(), mon.c_str(),
@@ -165,7 +171,7 @@ void Worker::run() {
       }
       {
         std::lock_guard lock(im.mutex);
-        im.outbox.push_back({std::move(job.peer), std::move(frame)});
+        im.outbox.push_back({std::move(job.peer), job.msg.seq, std::move(frame)});
       }
       signal.send(std::string(1, '\1'));
     }
@@ -196,7 +202,10 @@ void Worker::run() {
         std::lock_guard lock(im.mutex);
         out.swap(im.outbox);
       }
-      for (auto& r : out) reply(r.peer, r.frame);
+      for (auto& r : out) {
+        im.in_hand.erase({r.peer, r.seq});
+        reply(r.peer, r.frame);
+      }
     }
     if (im.monitor && (items[2].revents & ZMQ_POLLIN)) {
       while (auto ev = im.monitor->recv(0)) {
@@ -236,9 +245,13 @@ void Worker::run() {
         reply(peer, reply_frame(MsgType::kHello, m.seq, 0, info));
         break;
       }
-      case MsgType::kPing:
-        reply(peer, reply_frame(MsgType::kPong, m.seq, m.stage, nlohmann::json::object()));
+      case MsgType::kPing: {
+        nlohmann::json pong = nlohmann::json::object();
+        if (m.json.contains("awaiting") && m.json["awaiting"].is_number_unsigned())
+          pong["lost"] = !im.in_hand.count({peer, m.json["awaiting"].get<uint64_t>()});
+        reply(peer, reply_frame(MsgType::kPong, m.seq, m.stage, pong));
         break;
+      }
       case MsgType::kShutdown:
         reply(peer, reply_frame(MsgType::kAck, m.seq, 0, nlohmann::json::object()));
         stop_.store(true);
@@ -246,6 +259,7 @@ void Worker::run() {
       case MsgType::kConfig:
       case MsgType::kPacket:
       case MsgType::kReset: {
+        im.in_hand.insert({peer, m.seq});
         std::lock_guard lock(im.mutex);
         im.jobs.push_back({peer, std::move(m)});
         im.cv.notify_one();

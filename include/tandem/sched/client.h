@@ -6,7 +6,9 @@
 // pings every heartbeat_interval_s; when nothing at all has come back for heartbeat_timeout_s it
 // throws WorkerLost, so a killed or stopped (SIGSTOP) worker is detected within about
 // heartbeat_timeout_s + heartbeat_interval_s. ZeroMQ queues and silently drops what a dead peer
-// had in flight; these acknowledgements and timeouts are what make loss visible.
+// had in flight; these acknowledgements and timeouts are what make loss visible. Each ping names
+// the request awaited; a worker that never received it says so in its pong, and the request is
+// sent again (at most max_resends times: it cannot have been applied twice).
 //
 //   WorkerClient c("tcp://127.0.0.1:5555", key);
 //   c.hello();                                   // WorkerLost when it never answers (wrong key)
@@ -40,6 +42,7 @@ struct ClientOptions {
   double heartbeat_timeout_s = 1.0;
   double connect_timeout_s = 5.0;  // for hello(): handshake + first answer
   bool checksum = true;
+  int max_resends = 3;  // re-sends of a request the worker reports it never received
   WireLimits limits;
 };
 
@@ -61,6 +64,8 @@ class TANDEM_API WorkerClient {
 
  private:
   Message call(Message m, double first_answer_timeout_s);
+  void send_or_lost(const std::string& frame, MsgType what, uint64_t seq);
+  bool ever_heard_ = false;
   std::string endpoint_;
   ClientOptions options_;
   ZmqSocket sock_;
