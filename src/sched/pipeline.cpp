@@ -309,10 +309,14 @@ RunReport Pipeline::run(
           }
         });
       }
-      threads.emplace_back([&] {  // the feeder
-        for (auto& [id, r] : pending)
-          for (const auto& m : r.micros)
-            if (!push(*queues[0], m)) return;
+      // The feeder works on its own copy (tensors share their buffers): the collector below
+      // erases from `pending` while it runs.
+      std::vector<Packet> to_feed;
+      for (const auto& [id, r] : pending)
+        for (const auto& m : r.micros) to_feed.push_back(m);
+      threads.emplace_back([&, to_feed = std::move(to_feed)]() mutable {  // the feeder
+        for (auto& m : to_feed)
+          if (!push(*queues[0], std::move(m))) return;
       });
     }
 
