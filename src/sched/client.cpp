@@ -61,7 +61,10 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s) {
       bytes_received_ += (*frames)[0].size();
       Message r = decode((*frames)[0].data(), (*frames)[0].size(), options_.limits);
       if (r.type == MsgType::kPong) {
-        if (r.json.value("lost", false)) {
+        // Only a pong about this request counts: one about an earlier request (answered since)
+        // can arrive late.
+        if (r.json.value("lost", false) && r.json.contains("awaiting") &&
+            r.json["awaiting"].is_number_unsigned() && r.json["awaiting"].get<uint64_t>() == seq) {
           // The worker never got the request (ZeroMQ dropped it with a connection): send it again.
           if (++resends > options_.max_resends)
             throw TransportError("worker " + endpoint_ + ": " + msg_type_name(m.type) + " seq " +

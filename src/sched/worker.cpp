@@ -247,8 +247,11 @@ void Worker::run() {
       }
       case MsgType::kPing: {
         nlohmann::json pong = nlohmann::json::object();
-        if (m.json.contains("awaiting") && m.json["awaiting"].is_number_unsigned())
-          pong["lost"] = !im.in_hand.count({peer, m.json["awaiting"].get<uint64_t>()});
+        if (m.json.contains("awaiting") && m.json["awaiting"].is_number_unsigned()) {
+          const uint64_t awaited = m.json["awaiting"].get<uint64_t>();
+          pong["awaiting"] = awaited;
+          pong["lost"] = !im.in_hand.count({peer, awaited});
+        }
         reply(peer, reply_frame(MsgType::kPong, m.seq, m.stage, pong));
         break;
       }
