@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -83,8 +84,15 @@ int run_pipeline(const PipelineRunOptions& o) {
   sched::PipelinePlan plan = sched::PipelinePlan::from_json_file(o.plan);
   ClusterSpec cluster;
   std::string cluster_path = o.cluster;
-  if (cluster_path.empty() && !plan.cluster.empty() && std::ifstream(plan.cluster))
-    cluster_path = plan.cluster;
+  if (cluster_path.empty() && !plan.cluster.empty()) {
+    // The plan's "cluster": a path as given (from the working directory), else beside the plan.
+    const std::string beside =
+        (std::filesystem::path(o.plan).parent_path() / plan.cluster).string();
+    if (std::ifstream(plan.cluster))
+      cluster_path = plan.cluster;
+    else if (std::ifstream(beside))
+      cluster_path = beside;
+  }
   if (!cluster_path.empty()) cluster = ClusterSpec::from_json_file(cluster_path);
   for (const auto& s : plan.stages)
     if (!cluster_path.empty() && !cluster.has_device(s.device))

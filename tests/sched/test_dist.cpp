@@ -212,5 +212,24 @@ TEST_F(SchedDist, WorkerWithAnotherKeyIsRefusedAndLogsIt) {
   EXPECT_THROW(pipe.run(mlp_requests(1, {2}, 8)), Error);
 }
 
+TEST_F(SchedDist, PipelineRunCommandVerifiesAndWritesJson) {
+  auto map = start_workers(1);
+  const std::string json = (dir_ / "run.json").string();
+  const std::string cmd = std::string(TANDEM_CLI_PATH) + " pipeline run --plan " +
+                          TANDEM_SOURCE_DIR + "/bench/sched/mlp3.plan.json --cluster " +
+                          TANDEM_SOURCE_DIR + "/configs/clusters/hetero3.json --requests 2 --key " +
+                          key_path_ + " --workers slow=" + map["dev0"] + " --verify --json " +
+                          json + " > " + (dir_ / "run.out").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["verify"]["bit_exact"], 8);
+  EXPECT_EQ(j["verify"]["outputs"], 8);
+  EXPECT_EQ(j["timelines"].size(), 5u);  // three stages and the two links between them
+  EXPECT_EQ(j["timelines"][1]["kind"], "link");
+  EXPECT_EQ(j["timelines"][1]["link"]["messages"], 8);
+  EXPECT_GT(j["measured"]["latency_s"].get<double>(), 0.0);
+}
+
 }  // namespace
 }  // namespace tandem::sched

@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::memcmp(back.tensors[i].raw_data(), m.tensors[i].raw_data(),
                       static_cast<size_t>(m.tensors[i].nbytes())) != 0)
         std::abort();
-    if (m.type == MsgType::kPacket || m.type == MsgType::kResult) (void)message_to_packet(std::move(m));
+    if (m.type == MsgType::kPacket || m.type == MsgType::kResult)
+      (void)message_to_packet(std::move(m));
   } catch (const tandem::Error&) {
     // expected for malformed frames
   }
