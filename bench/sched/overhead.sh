@@ -10,7 +10,7 @@ out="$root/docs/results"
 mkdir -p "$out"
 cmd=("$bin" pipeline overhead --sizes 4096,65536,1048576,16777216 --reps 30 --json "$out/sched-overhead.json")
 {
-  echo "# Pipeline runtime: per-packet round trip (median µs)"
+  echo "# Pipeline runtime: per-packet round trip (µs, median / best)"
   echo
   echo "Command: \`bench/sched/overhead.sh\` (runs \`tandem pipeline overhead --sizes 4096,65536,1048576,16777216 --reps 30\`)."
   echo

@@ -6,6 +6,7 @@
 #include <zmq.h>
 
 #include <chrono>
+#include <random>
 
 #include "tandem/core/log.h"
 
@@ -24,6 +25,13 @@ WorkerClient::WorkerClient(std::string endpoint, const std::optional<ClusterKey>
       options_.heartbeat_timeout_s < options_.heartbeat_interval_s)
     throw InvalidArgument("worker client: need 0 < heartbeat_interval_s <= heartbeat_timeout_s");
   if (key) sock_.set_client_key(*key);
+  // A stable routing id: after a reconnect the worker still knows which requests it holds for us
+  // (its "lost" answers stay right) and where to send their answers.
+  std::random_device rd;
+  std::string id(16, '\0');
+  for (auto& c : id) c = static_cast<char>(rd());
+  id[0] = 't';  // ids starting with a zero byte are reserved by ZeroMQ
+  zmq_setsockopt(sock_.raw(), ZMQ_ROUTING_ID, id.data(), id.size());
   int64_t max_msg = static_cast<int64_t>(options_.limits.max_message_bytes);
   zmq_setsockopt(sock_.raw(), ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg));
   sock_.connect(endpoint_);

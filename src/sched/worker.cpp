@@ -73,6 +73,8 @@ Worker::Worker(WorkerOptions options)
   if (options_.key) impl_->router.set_server_key(*options_.key);
   int hwm = 1000;
   zmq_setsockopt(impl_->router.raw(), ZMQ_SNDHWM, &hwm, sizeof(hwm));
+  int handover = 1;  // a client that reconnects with its routing id takes over its old pipe
+  zmq_setsockopt(impl_->router.raw(), ZMQ_ROUTER_HANDOVER, &handover, sizeof(handover));
   int mandatory = 0;  // answers to a vanished peer are dropped, not an error
   zmq_setsockopt(impl_->router.raw(), ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));
   int64_t max_msg = static_cast<int64_t>(options_.limits.max_message_bytes);
