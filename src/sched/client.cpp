@@ -144,9 +144,10 @@ Packet WorkerClient::process(uint32_t stage_id, const Packet& in, double* comput
   return message_to_packet(std::move(r));
 }
 
-void WorkerClient::reset(uint64_t request_id) {
+void WorkerClient::reset(uint32_t stage_id, uint64_t request_id) {
   Message m;
   m.type = MsgType::kReset;
+  m.stage = stage_id;
   m.json = {{"request_id", request_id}};
   call(std::move(m), options_.heartbeat_timeout_s);
 }

@@ -294,9 +294,15 @@ RunReport Pipeline::run(
                 iv.compute_s = n.link->transmit(packet_bytes(*p)).delay_s;
                 result = std::move(*p);
               } else if (n.local) {
+                const bool last = p->micro + 1 == p->n_micro;
+                const uint64_t rid = p->request_id;
                 result = n.emu.run(*n.local, std::move(*p), &iv.compute_s);
+                if (last && im.opt.reset_finished) n.local->reset(rid);
               } else {
                 result = clients[k]->process(n.stage_id, *p, &iv.compute_s);
+                // The request's last micro-batch has passed this stage: free its state (KV).
+                if (p->micro + 1 == p->n_micro && im.opt.reset_finished)
+                  clients[k]->reset(n.stage_id, p->request_id);
               }
               iv.end_s = now_s();
               im.record(n.name, iv);

@@ -159,7 +159,11 @@ void Worker::run() {
           case MsgType::kReset: {
             if (!m.json.contains("request_id") || !m.json["request_id"].is_number_unsigned())
               throw WireError("reset: missing unsigned \"request_id\"");
-            for (auto& [id, st] : im.stages) st->reset(m.json["request_id"].get<uint64_t>());
+            auto it = im.stages.find(m.stage);
+            if (it == im.stages.end())
+              throw InvalidArgument("reset for stage " + std::to_string(m.stage) +
+                                    ", which this worker was not configured with");
+            it->second->reset(m.json["request_id"].get<uint64_t>());
             frame = reply_frame(MsgType::kAck, m.seq, m.stage, nlohmann::json::object());
             break;
           }

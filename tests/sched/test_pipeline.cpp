@@ -3,6 +3,8 @@
 // emulated devices and links.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <set>
 #include <thread>
 
 #include "sched_test_util.h"
@@ -203,6 +205,48 @@ TEST(SchedPipeline, DefaultReplanMovesFailedStagesToTheLeastLoadedSurvivor) {
   auto next = default_replan({"a", "b", "c", "c"}, {"c"}, {"a", "b"});
   EXPECT_EQ(next, (std::vector<std::string>{"a", "b", "a", "b"}));
   EXPECT_THROW(default_replan({"a"}, {"a"}, {}), Infeasible);
+}
+
+// A stage that remembers every request it has seen until reset() (like a KV cache), counted
+// process-wide.
+std::atomic<int> g_live_states{0};
+class RememberingStage : public Stage {
+ public:
+  std::string kind() const override { return "test.remember"; }
+  Packet process(Packet in) override {
+    if (seen_.insert(in.request_id).second) ++g_live_states;
+    return in;
+  }
+  void reset(uint64_t id) override {
+    if (seen_.erase(id)) --g_live_states;
+  }
+  ~RememberingStage() override { g_live_states -= static_cast<int>(seen_.size()); }
+
+ private:
+  std::set<uint64_t> seen_;
+};
+const StageKindRegistration kRemember("test.remember", [](const nlohmann::json&) {
+  return std::make_unique<RememberingStage>();
+});
+
+TEST(SchedPipeline, FinishedRequestsAreResetInEveryStage) {
+  PipelinePlan plan;
+  for (const char* d : {"d0", "d1", "d0"}) plan.stages.push_back({d, {{"kind", "test.remember"}}});
+  for (bool direct : {false, true}) {
+    for (bool reset : {true, false}) {
+      PipelineOptions o;
+      o.direct_local = direct;
+      o.reset_finished = reset;
+      {
+        Pipeline pipe(plan, ClusterSpec{}, {}, o);
+        pipe.run(mlp_requests(5, {2, 2, 2}, 4));
+        // Three stages x five requests remembered unless reset after their last micro-batch
+        // (direct stages live for one run(); worker-hosted ones until re-configured).
+        EXPECT_EQ(g_live_states.load(), reset || direct ? 0 : 15) << "direct " << direct;
+      }
+      EXPECT_EQ(g_live_states.load(), 0);  // the stages are gone with the pipeline
+    }
+  }
 }
 
 TEST(SchedQueue, TimesOutWhenFullAndWakesOnClose) {

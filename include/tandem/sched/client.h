@@ -56,7 +56,8 @@ class TANDEM_API WorkerClient {
   // Builds stage `stage_id` on the worker (replacing one with the same id, dropping its state).
   void configure(uint32_t stage_id, const nlohmann::json& stage, const EmulatedDevice& device);
   Packet process(uint32_t stage_id, const Packet& in, double* compute_s = nullptr);
-  void reset(uint64_t request_id);
+  // Stage stage_id drops its state for request_id (Stage::reset).
+  void reset(uint32_t stage_id, uint64_t request_id);
   void shutdown();  // best effort: asks the worker to exit
 
   uint64_t bytes_sent() const { return bytes_sent_; }

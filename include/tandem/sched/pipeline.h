@@ -60,13 +60,17 @@ TANDEM_API std::vector<std::string> default_replan(const std::vector<std::string
 
 struct PipelineOptions {
   size_t queue_capacity = 2;
-  bool direct_local = false;  // local stages: call the Stage directly (no ZeroMQ)
+  bool direct_local = false;  // local stages: call the Stage directly (no ZeroMQ); such stages
+                              // are built per run() (worker-hosted ones live until re-configured)
   bool emulate_devices = true;
   bool emulate_links = true;
   LinkFaults faults;
   ClientOptions client;
   std::optional<ClusterKey> key;  // for tcp:// workers
   ReplanFn replan;                // empty: default_replan
+  // After a request's last micro-batch passes a stage, call its reset(request_id) (frees KV
+  // caches). false keeps the state, e.g. for decode steps that follow a pipelined prefill.
+  bool reset_finished = true;
   int max_replans = 4;
   double run_timeout_s = 600;  // the whole run; TransportError past it
 };

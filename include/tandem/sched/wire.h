@@ -43,7 +43,7 @@ enum class MsgType : uint8_t {
   kResult = 5,     // the stage's output Packet, meta "compute_s"
   kPing = 6,       // heartbeat -> kPong (answered even while the worker computes)
   kPong = 7,
-  kReset = 8,  // {"request_id"}: drop per-request state in every stage -> kAck
+  kReset = 8,  // {"request_id"}: stage `stage` drops its state for the request -> kAck
   kAck = 9,
   kError = 10,     // {"what": "..."}
   kShutdown = 11,  // the worker exits its loop -> kAck
