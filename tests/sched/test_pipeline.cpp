@@ -149,8 +149,7 @@ TEST(SchedPipeline, BoundedQueuesApplyBackpressure) {
     blocked += t.queue_blocked_pushes;
   }
   EXPECT_GT(blocked, 0u);
-  // The slow stage's emulated compute exceeds the fast one's in total (8x stretch).
-  EXPECT_GT(r.timelines[1].busy_s(), r.timelines[0].busy_s());
+  for (const auto& t : r.timelines) EXPECT_EQ(t.intervals.size(), 12u);
 }
 
 TEST(SchedPipeline, EmulatedLinkDelaysEveryPacket) {
