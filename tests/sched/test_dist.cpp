@@ -115,7 +115,7 @@ class SchedDist : public ::testing::Test {
     PipelineOptions o;
     o.key = key_;
     o.client.heartbeat_interval_s = 0.05;
-    o.client.heartbeat_timeout_s = 0.5;
+    o.client.heartbeat_timeout_s = 1.0;  // generous: CI runs these under sanitizers on busy cores
     o.client.connect_timeout_s = 5.0;
     o.run_timeout_s = 60;
     return o;
