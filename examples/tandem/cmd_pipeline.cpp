@@ -39,6 +39,7 @@ struct PipelineRunOptions {
   bool direct = false;
   bool no_links = false;
   bool verify = false;
+  bool last_only = false;
   double jitter_ms = 0;
   double drop = 0;
   double heartbeat_timeout_s = 1.0;
@@ -134,6 +135,7 @@ int run_pipeline(const PipelineRunOptions& o) {
         p.tensors.push_back(
             make_input(plan.stages[0].stage, slices[m], o, q.id, static_cast<int32_t>(m)));
         p.meta = {{"pos_start", pos}, {"seq", m}};
+        if (o.last_only) p.meta["last_only"] = true;
         pos += slices[m];
         q.micros.push_back(std::move(p));
       }
@@ -384,6 +386,9 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "Token ids are drawn from [0, vocab) when the first stage embeds")
       ->check(CLI::Range(1, 1 << 30));
   run->add_option("--seed", o->seed, "Input seed")->capture_default_str();
+  run->add_flag(
+      "--last-only", o->last_only,
+      "Packets carry meta \"last_only\": an LLM head returns logits of the last token only");
   run->add_flag("--verify", o->verify, "Also run sequentially in process and compare bit for bit");
   run->add_option("--json", o->json_path, "Write the report as JSON");
   auto ov = std::make_shared<OverheadOptions>();
