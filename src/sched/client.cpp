@@ -37,9 +37,10 @@ WorkerClient::WorkerClient(std::string endpoint, const std::optional<ClusterKey>
   sock_.connect(endpoint_);
 }
 
-void WorkerClient::send_or_lost(const std::string& frame, MsgType what, uint64_t seq) {
+void WorkerClient::send_or_lost(std::shared_ptr<const std::string> frame, MsgType what,
+                                uint64_t seq) {
   try {
-    sock_.send(frame, options_.heartbeat_timeout_s);
+    sock_.send_shared({}, std::move(frame), options_.heartbeat_timeout_s);
   } catch (const TransportError& e) {
     // A DEALER with no live connection cannot queue: the worker is gone or never accepted us.
     throw WorkerLost("worker " + endpoint_ + ": cannot send " + msg_type_name(what) + " seq " +
@@ -51,9 +52,9 @@ void WorkerClient::send_or_lost(const std::string& frame, MsgType what, uint64_t
 Message WorkerClient::call(Message m, double first_answer_timeout_s) {
   m.seq = next_seq_++;
   const uint64_t seq = m.seq;
-  const std::string frame = encode(m, options_.checksum);
+  const auto frame = std::make_shared<const std::string>(encode(m, options_.checksum));
   send_or_lost(frame, m.type, seq);
-  bytes_sent_ += frame.size();
+  bytes_sent_ += frame->size();
   const auto start = Clock::now();
   auto last_heard = start;
   auto last_ping = start;
@@ -61,13 +62,13 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s) {
   int resends = 0;
   for (;;) {
     const double wait = std::min(options_.heartbeat_interval_s, options_.heartbeat_timeout_s);
-    auto frames = sock_.recv(wait);
-    if (frames) {
+    auto got = sock_.recv_zero_copy(wait);
+    if (got) {
       heard_any = ever_heard_ = true;
       last_heard = Clock::now();
-      if (frames->size() != 1) continue;
-      bytes_received_ += (*frames)[0].size();
-      Message r = decode((*frames)[0].data(), (*frames)[0].size(), options_.limits);
+      if (!got->head.empty()) continue;
+      bytes_received_ += got->size;
+      Message r = decode(got->data, got->size, options_.limits);
       if (r.type == MsgType::kPong) {
         // Only a pong about this request counts: one about an earlier request (answered since)
         // can arrive late.
@@ -81,7 +82,7 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s) {
           log().warn("worker client: {} seq {} to {} was lost; re-sending", msg_type_name(m.type),
                      seq, endpoint_);
           send_or_lost(frame, m.type, seq);
-          bytes_sent_ += frame.size();
+          bytes_sent_ += frame->size();
         }
         continue;
       }
@@ -106,7 +107,7 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s) {
       ping.type = MsgType::kPing;
       ping.seq = next_seq_++;
       ping.json = {{"awaiting", seq}};
-      send_or_lost(encode(ping), m.type, seq);
+      send_or_lost(std::make_shared<const std::string>(encode(ping)), m.type, seq);
       last_ping = Clock::now();
     }
   }

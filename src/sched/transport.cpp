@@ -199,6 +199,58 @@ void ZmqSocket::send(const std::vector<std::string>& frames, double timeout_s) {
   }
 }
 
+void ZmqSocket::send_shared(const std::vector<std::string>& head,
+                            std::shared_ptr<const std::string> last, double timeout_s) {
+  int ms = static_cast<int>(timeout_s * 1000);
+  zmq_setsockopt(sock_, ZMQ_SNDTIMEO, &ms, sizeof(ms));
+  for (const auto& f : head)
+    if (zmq_send(sock_, f.data(), f.size(), ZMQ_SNDMORE) < 0)
+      throw TransportError(zmq_err("transport: send failed"));
+  auto* keep = new std::shared_ptr<const std::string>(std::move(last));
+  zmq_msg_t msg;
+  if (zmq_msg_init_data(
+          &msg, const_cast<char*>((*keep)->data()), (*keep)->size(),
+          [](void*, void* hint) { delete static_cast<std::shared_ptr<const std::string>*>(hint); },
+          keep) != 0) {
+    delete keep;
+    throw TransportError(zmq_err("transport: zmq_msg_init_data"));
+  }
+  if (zmq_msg_send(&msg, sock_, 0) < 0) {
+    const std::string what = zmq_err("transport: send failed");
+    zmq_msg_close(&msg);  // releases `keep`
+    throw TransportError(what);
+  }
+}
+
+std::optional<ZmqSocket::Received> ZmqSocket::recv_zero_copy(double timeout_s) {
+  zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+  const long ms = timeout_s <= 0 ? 0 : static_cast<long>(timeout_s * 1000 + 0.5);
+  int rc = zmq_poll(&item, 1, ms);
+  if (rc < 0) {
+    if (zmq_errno() == EINTR) return std::nullopt;
+    throw TransportError(zmq_err("transport: poll failed"));
+  }
+  if (rc == 0 || !(item.revents & ZMQ_POLLIN)) return std::nullopt;
+  Received r;
+  for (;;) {
+    auto* msg = new zmq_msg_t;
+    zmq_msg_init(msg);
+    std::shared_ptr<void> owner(msg, [](void* m) {
+      zmq_msg_close(static_cast<zmq_msg_t*>(m));
+      delete static_cast<zmq_msg_t*>(m);
+    });
+    if (zmq_msg_recv(msg, sock_, ZMQ_DONTWAIT) < 0)
+      throw TransportError(zmq_err("transport: receive failed"));
+    if (!zmq_msg_more(msg)) {
+      r.data = zmq_msg_data(msg);
+      r.size = zmq_msg_size(msg);
+      r.owner = std::move(owner);
+      return r;
+    }
+    r.head.emplace_back(static_cast<const char*>(zmq_msg_data(msg)), zmq_msg_size(msg));
+  }
+}
+
 std::optional<std::vector<std::string>> ZmqSocket::recv(double timeout_s) {
   zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
   const long ms = timeout_s <= 0 ? 0 : static_cast<long>(timeout_s * 1000 + 0.5);

@@ -183,9 +183,9 @@ void Worker::run() {
     }
   });
 
-  auto reply = [&](const std::string& peer, const std::string& frame) {
+  auto reply = [&](const std::string& peer, std::string frame) {
     try {
-      im.router.send({peer, frame}, 1.0);
+      im.router.send_shared({peer}, std::make_shared<const std::string>(std::move(frame)), 1.0);
     } catch (const TransportError& e) {
       log().warn("worker: could not answer a peer: {}", e.what());
     }
@@ -210,7 +210,7 @@ void Worker::run() {
       }
       for (auto& r : out) {
         im.in_hand.erase({r.peer, r.seq});
-        reply(r.peer, r.frame);
+        reply(r.peer, std::move(r.frame));
       }
     }
     if (im.monitor && (items[2].revents & ZMQ_POLLIN)) {
@@ -222,19 +222,19 @@ void Worker::run() {
       }
     }
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    auto frames = im.router.recv(0);
-    if (!frames) continue;
-    if (frames->size() != 2) {
+    auto got = im.router.recv_zero_copy(0);
+    if (!got) continue;
+    if (got->head.size() != 1) {
       ++rejected_;
       log().warn("worker: rejected a message of {} frames (expected 1 after the routing id)",
-                 frames->size() - 1);
-      if (!frames->empty()) reply((*frames)[0], error_frame(0, 0, "expected exactly one frame"));
+                 got->head.size());
+      if (!got->head.empty()) reply(got->head[0], error_frame(0, 0, "expected exactly one frame"));
       continue;
     }
-    const std::string& peer = (*frames)[0];
+    const std::string peer = got->head[0];
     Message m;
     try {
-      m = decode((*frames)[1].data(), (*frames)[1].size(), options_.limits);
+      m = decode(got->data, got->size, options_.limits);
     } catch (const std::exception& e) {
       ++rejected_;
       log().warn("worker: rejected a message: {}", e.what());

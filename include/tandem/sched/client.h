@@ -18,6 +18,7 @@
 // Thread-safety: one thread per client (it owns a zmq socket).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -65,7 +66,7 @@ class TANDEM_API WorkerClient {
 
  private:
   Message call(Message m, double first_answer_timeout_s);
-  void send_or_lost(const std::string& frame, MsgType what, uint64_t seq);
+  void send_or_lost(std::shared_ptr<const std::string> frame, MsgType what, uint64_t seq);
   bool ever_heard_ = false;
   std::string endpoint_;
   ClientOptions options_;

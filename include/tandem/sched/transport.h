@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,8 +66,21 @@ class TANDEM_API ZmqSocket {
   void send(const std::string& frame, double timeout_s = 5.0) {
     send(std::vector{frame}, timeout_s);
   }
+  // As send(), but the last frame is handed to ZeroMQ without a copy (it keeps `last` alive until
+  // the frame has been sent).
+  void send_shared(const std::vector<std::string>& head, std::shared_ptr<const std::string> last,
+                   double timeout_s = 5.0);
   // Waits up to timeout_s for a message; nullopt on timeout.
   std::optional<std::vector<std::string>> recv(double timeout_s);
+  // A received message whose last frame stays in ZeroMQ's buffer (no copy): head = the frames
+  // before it.
+  struct Received {
+    std::vector<std::string> head;
+    std::shared_ptr<void> owner;  // keeps the last frame alive
+    const void* data = nullptr;
+    size_t size = 0;
+  };
+  std::optional<Received> recv_zero_copy(double timeout_s);
   void* raw() const { return sock_; }
 
  private:
