@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <set>
+#include <string>
 
+#include "cnn/blocked.h"
 #include "cnn/kernels.h"
 #include "tandem/core/error.h"
 
@@ -43,9 +46,21 @@ struct Executor::Impl {
   bool have_full_plan = false;
   Plan full_plan;
   std::vector<Tensor> full_slots;
-  std::vector<Tensor> kept;   // keep_all
-  std::vector<double> times;  // profile
+  std::unique_ptr<kernels::BlockedRunner> blocked;  // whole-image runs, planned on first use
+  std::vector<Tensor> kept;                         // keep_all
+  std::vector<double> times;                        // profile
   MemoryPlan last_stats;
+
+  // Whole-image runs keep activations blocked when oneDNN runs the convolutions (blocked.h),
+  // unless ExecutorOptions::blocked is off or TANDEM_CNN_BLOCKED=0.
+  bool use_blocked() const {
+#if defined(TANDEM_HAVE_DNNL)
+    const char* e = std::getenv("TANDEM_CNN_BLOCKED");
+    return opts.blocked && opts.use_onednn && !(e && std::string(e) == "0");
+#else
+    return false;
+#endif
+  }
 
   Plan make_plan(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
                  const std::map<int, Region>& wanted) const {
@@ -175,56 +190,65 @@ struct Executor::Impl {
                                     need.to_string()));
         in[i] = kernels::crop(v, need);
       }
-      Tensor y = make_out(n.outputs[0]);
-      switch (n.op) {
-        case OpKind::kConv:
-          convs[id]->run(in[0], in.size() > 1 ? &in[1] : nullptr, out, y, threads);
-          break;
-        case OpKind::kMaxPool:
-        case OpKind::kAveragePool:
-          kernels::pool(n, in[0], out, y, threads);
-          break;
-        case OpKind::kGlobalAveragePool:
-          kernels::global_average_pool(in[0], y, threads);
-          break;
-        case OpKind::kAdd:
-        case OpKind::kMul:
-          kernels::binary(n, in[0], in.size() > 1 ? &in[1] : nullptr, y, threads);
-          break;
-        case OpKind::kConcat:
-          kernels::concat(in, y, threads);
-          break;
-        case OpKind::kResize:
-          kernels::resize_nearest(n, in[0], out, y, threads);
-          break;
-        case OpKind::kFlatten:
-        case OpKind::kReshape:
-          kernels::copy_reshape(in[0].t, y);
-          break;
-        case OpKind::kGemm:
-          kernels::gemm(n, in[0].t, y, threads);
-          break;
-        case OpKind::kSoftmax:
-          kernels::softmax(in[0].t, y);
-          break;
-        case OpKind::kSplit: {
-          std::vector<Tensor> outs{y};
-          for (size_t i = 1; i < n.outputs.size(); ++i) outs.push_back(make_out(n.outputs[i]));
-          std::vector<Tensor*> ptrs;
-          for (Tensor& t : outs) ptrs.push_back(&t);
-          kernels::split(n, in[0], ptrs, threads);
-          break;
-        }
-        case OpKind::kActivation:
-          kernels::activation(n.act, in[0], y, threads);
-          break;
-        case OpKind::kAffine:
-          kernels::affine(n, in[0], y, threads);
-          break;
-      }
+      std::vector<Tensor> ys;
+      for (int t : n.outputs) ys.push_back(make_out(t));
+      kernels::dispatch(n, convs[id].get(), in, out, ys, threads);
     }
   }
 };
+
+namespace kernels {
+
+void dispatch(const Node& n, ConvKernel* conv, const std::vector<View>& in, const Region& out,
+              std::vector<Tensor>& ys, int threads) {
+  Tensor& y = ys[0];
+  switch (n.op) {
+    case OpKind::kConv:
+      conv->run(in[0], in.size() > 1 ? &in[1] : nullptr, out, y, threads);
+      break;
+    case OpKind::kMaxPool:
+    case OpKind::kAveragePool:
+      pool(n, in[0], out, y, threads);
+      break;
+    case OpKind::kGlobalAveragePool:
+      global_average_pool(in[0], y, threads);
+      break;
+    case OpKind::kAdd:
+    case OpKind::kMul:
+      binary(n, in[0], in.size() > 1 ? &in[1] : nullptr, y, threads);
+      break;
+    case OpKind::kConcat:
+      concat(in, y, threads);
+      break;
+    case OpKind::kResize:
+      resize_nearest(n, in[0], out, y, threads);
+      break;
+    case OpKind::kFlatten:
+    case OpKind::kReshape:
+      copy_reshape(in[0].t, y);
+      break;
+    case OpKind::kGemm:
+      gemm(n, in[0].t, y, threads);
+      break;
+    case OpKind::kSoftmax:
+      softmax(in[0].t, y);
+      break;
+    case OpKind::kSplit: {
+      std::vector<Tensor*> ptrs;
+      for (Tensor& t : ys) ptrs.push_back(&t);
+      split(n, in[0], ptrs, threads);
+      break;
+    }
+    case OpKind::kActivation:
+      activation(n.act, in[0], y, threads);
+      break;
+    case OpKind::kAffine:
+      affine(n, in[0], y, threads);
+      break;
+  }
+}
+
+}  // namespace kernels
 
 Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->g = graph;
@@ -264,6 +288,18 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                                 g.tensor(t).shape.to_string(), ", got ",
                                 x.defined() ? x.to_string() : "undefined"));
     tiles[t] = {x, full_region(x.shape())};
+  }
+  if (m.use_blocked()) {
+    if (!m.blocked)
+      m.blocked = std::make_unique<kernels::BlockedRunner>(g, m.convs, std::max(m.opts.threads, 1),
+                                                           m.opts.keep_all);
+    std::vector<Tensor> plain_inputs;
+    for (int t : g.inputs()) plain_inputs.push_back(tiles[t].data);
+    if (m.opts.profile) m.times.assign(g.nodes().size(), 0.0);
+    std::vector<Tensor> out = m.blocked->run(plain_inputs, m.opts.keep_all ? &m.kept : nullptr,
+                                             m.opts.profile ? &m.times : nullptr);
+    m.last_stats = m.blocked->stats();
+    return out;
   }
   std::map<int, Region> wanted;
   for (int t : g.outputs()) wanted[t] = full_region(g.tensor(t).shape);

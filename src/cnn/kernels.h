@@ -36,10 +36,21 @@ class ConvKernel {
   void run(const View& x, const View* residual, const Region& out, Tensor& y, int threads);
   bool uses_onednn() const;
 
+  // The whole-input path of the executor's blocked pipeline (oneDNN, not the direct depthwise
+  // kernel): src is the whole input in layout `src_block` (0: NCHW, B: nChwBc with B =
+  // block_size(), channels padded to a multiple of B); dst is the whole output in the layout
+  // full_dst_block() returns, holding the residual first when the node has one.
+  bool blocked_capable() const;
+  int full_dst_block(int src_block, int threads);
+  void run_full(const float* src, int src_block, float* dst, int threads);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Channels per block of the blocked activation layout: 16 with AVX-512, else 8.
+int block_size();
 
 // Depthwise convolution (groups == channels == outputs) by direct loops (depthwise.cpp).
 bool is_depthwise(const Node& n);

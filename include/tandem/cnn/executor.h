@@ -39,6 +39,10 @@ struct ExecutorOptions {
   bool use_onednn = true;  // false: the core ops::conv2d for convolutions
   bool keep_all = false;   // keep every intermediate tensor (no buffer reuse), see tensors()
   bool profile = false;    // time every node (node_times_ms())
+  // run(): keep activations in oneDNN's blocked layout (nChw16c on AVX-512) between the ops that
+  // have a blocked kernel, so blocked convolutions need no reorder in or out; bit-identical to
+  // the NCHW path (false). Needs use_onednn; TANDEM_CNN_BLOCKED=0 turns it off too.
+  bool blocked = true;
 };
 
 // A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor
