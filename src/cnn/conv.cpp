@@ -112,6 +112,12 @@ struct ConvKernel::Impl {
   // the kernel of the whole-image run and give bit-identical results).
   dnnl::convolution_forward::primitive_desc make_pd(const Dims& xd, const Dims& yd,
                                                     const EdgePads& p, const std::string& match) {
+    return make_pd_alg(xd, yd, p, match, winograd);
+  }
+
+  dnnl::convolution_forward::primitive_desc make_pd_alg(const Dims& xd, const Dims& yd,
+                                                        const EdgePads& p, const std::string& match,
+                                                        bool allow_winograd) {
     const Window& w = node.window;
     // 1x1 convolutions run as a GEMM straight on NCHW (oneDNN's gemm convolution): no reorder of
     // the activations in or out, which costs more than the blocked kernel gains. Others let
@@ -133,7 +139,13 @@ struct ConvKernel::Impl {
     const Dims strides{w.sh, w.sw}, dil{w.dh - 1, w.dw - 1};
     const Dims pad_l{p.top, p.left}, pad_r{p.bottom, p.right};
     const auto prop = dnnl::prop_kind::forward_inference;
-    const auto alg = dnnl::algorithm::convolution_direct;
+    // Winograd (opt-in) for 3x3 stride-1 convs: fewer multiplications, but the result of a pixel
+    // depends on its place in the transform's output tile, so tiles are no longer bit-identical.
+    const bool wino = allow_winograd && !plain_layout() && w.kh == 3 && w.kw == 3 && w.sh == 1 &&
+                      w.sw == 1 && w.dh == 1 && w.dw == 1 && node.groups == 1 && xd[1] >= block &&
+                      yd[1] >= block;
+    const auto alg =
+        wino ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
     auto desc = node.bias.defined()
                     ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, bias_md, dst_any,
                                                       strides, dil, pad_l, pad_r)
@@ -167,7 +179,13 @@ struct ConvKernel::Impl {
       }
       attr.set_post_ops(po);
     }
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+    dnnl::convolution_forward::primitive_desc pd;
+    try {
+      pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+    } catch (const dnnl::error&) {
+      if (!wino) throw;
+      return make_pd_alg(xd, yd, p, match, false);  // no Winograd kernel here: direct
+    }
     if (match.empty() || pd.impl_info_str() == match) return pd;
     dnnl::convolution_forward::primitive_desc first = pd;
     while (pd.next_impl())
@@ -179,6 +197,7 @@ struct ConvKernel::Impl {
 
   int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: blocked
   int block = 16;   // channels per block of the blocked layout
+  bool winograd = false;
   bool plain_layout() const { return layout == 1; }
 
   // TANDEM_CNN_CONV_LAYOUT=plain runs every conv on plain NCHW activations (oneDNN's gemm
@@ -344,7 +363,7 @@ struct ConvKernel::Impl {
 
 #endif
 
-ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
+ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, bool winograd)
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
@@ -355,6 +374,7 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
 #if defined(TANDEM_HAVE_DNNL)
   impl_->onednn = use_onednn;
   impl_->block = block_size();
+  impl_->winograd = winograd;
   const int64_t g = node.groups;
   const Tensor& w = node.weight;
   const Dims wdims = g > 1 ? Dims{g, w.size(0) / g, w.size(1), w.size(2), w.size(3)}
@@ -363,6 +383,7 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
   impl_->bias_md = dnnl::memory::desc(Dims{w.size(0)}, kF32, Tag::x);
 #else
   (void)use_onednn;
+  (void)winograd;
 #endif
 }
 

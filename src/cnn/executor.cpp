@@ -31,6 +31,11 @@ Shape tile_shape(const Shape& full, const Region& r) {
   return Shape{full[0], full[1], r.rows(), r.cols()};
 }
 
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "1";
+}
+
 bool elementwise(OpKind op) {
   return op == OpKind::kActivation || op == OpKind::kAffine || op == OpKind::kAdd ||
          op == OpKind::kMul;
@@ -263,7 +268,8 @@ Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_u
     if (graph.node(static_cast<int>(i)).op == OpKind::kConv)
       impl_->convs[i] = std::make_unique<kernels::ConvKernel>(
           graph.node(static_cast<int>(i)),
-          graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn);
+          graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn,
+          opts.winograd || env_on("TANDEM_CNN_WINOGRAD"));
 }
 
 Executor::~Executor() = default;

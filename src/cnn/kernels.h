@@ -29,7 +29,8 @@ float apply_act(float v, const Activation& a);
 class ConvKernel {
  public:
   // in_full: the node's whole input shape (tiles reuse the kernel chosen for it).
-  ConvKernel(const Node& node, const Shape& in_full, bool use_onednn);
+  // winograd: oneDNN's Winograd for 3x3 stride-1 convs where it has a kernel.
+  ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, bool winograd = false);
   ~ConvKernel();
   // x: the input cropped to input_region(out); residual: the residual input cropped to out, or
   // null (it may share y's memory); y: contiguous [N, O, out.rows(), out.cols()].

@@ -79,6 +79,25 @@ TEST(CnnModels, BlockedRunIsBitIdenticalToNchw) {
   }
 }
 
+// Winograd (opt-in) changes the rounding only: the tiny models' outputs stay within 1e-5 (scaled)
+// of the direct convolutions and of ONNX Runtime's within the tiny tolerance.
+TEST(CnnModels, WinogradMatchesDirectConvolution) {
+  for (const char* name : {"tiny_cnn", "tiny_resnet"}) {
+    SCOPED_TRACE(name);
+    const auto ref = load_reference(testing::data_dir(), name);
+    const Graph g = import_onnx(ref.model.string());
+    for (int threads : {1, 2}) {
+      Executor wino(g, {.threads = threads, .winograd = true});
+      Executor direct(g, {.threads = threads});
+      const auto a = wino.run({ref.input}), b = direct.run({ref.input});
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(scaled_max_error(a[i], b[i]), 1e-5);
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_LE(scaled_max_error(a[i], ref.outputs[i]), kTinyTol);
+    }
+  }
+}
+
 TEST(CnnModels, RepeatedRunsReuseThePlan) {
   const auto ref = load_reference(testing::data_dir(), "tiny_resnet");
   const Graph g = import_onnx(ref.model.string());

@@ -43,6 +43,11 @@ struct ExecutorOptions {
   // have a blocked kernel, so blocked convolutions need no reorder in or out; bit-identical to
   // the NCHW path (false). Needs use_onednn; TANDEM_CNN_BLOCKED=0 turns it off too.
   bool blocked = true;
+  // oneDNN's Winograd for 3x3 stride-1 convolutions (about 30% off ResNet-50 on one AVX-512
+  // core). Off by default: a Winograd output depends on its place in the transform's tile grid,
+  // so tiles (run_region) match the whole-image run only to rounding (~1e-6), not bit for bit.
+  // TANDEM_CNN_WINOGRAD=1 turns it on too.
+  bool winograd = false;
 };
 
 // A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor
