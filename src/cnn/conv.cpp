@@ -186,6 +186,13 @@ struct ConvKernel::Impl {
       if (!wino) throw;
       return make_pd_alg(xd, yd, p, match, false);  // no Winograd kernel here: direct
     }
+    if (wino && match.empty()) {  // prefer F(4x4, 3x3) (jit_wino_4x3) over F(2x2, 3x3)
+      dnnl::convolution_forward::primitive_desc first = pd;
+      do {
+        if (std::string(pd.impl_info_str()).find("wino_4x3") != std::string::npos) return pd;
+      } while (pd.next_impl());
+      return first;
+    }
     if (match.empty() || pd.impl_info_str() == match) return pd;
     dnnl::convolution_forward::primitive_desc first = pd;
     while (pd.next_impl())
