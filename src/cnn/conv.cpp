@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -193,6 +194,14 @@ struct ConvKernel::Impl {
       } while (pd.next_impl());
       return first;
     }
+    if (avoid_jit_1x1 && match.empty()) {  // the generic jit kernel, when oneDNN offers it
+      dnnl::convolution_forward::primitive_desc first = pd;
+      do {
+        const std::string name = pd.impl_info_str();
+        if (name.find("1x1") == std::string::npos && name.rfind("jit:", 0) == 0) return pd;
+      } while (pd.next_impl());
+      return first;
+    }
     if (match.empty() || pd.impl_info_str() == match) return pd;
     dnnl::convolution_forward::primitive_desc first = pd;
     while (pd.next_impl())
@@ -205,6 +214,7 @@ struct ConvKernel::Impl {
   int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: blocked
   int block = 16;   // channels per block of the blocked layout
   bool winograd = false;
+  bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
   bool plain_layout() const { return layout == 1; }
 
   // TANDEM_CNN_CONV_LAYOUT=plain runs every conv on plain NCHW activations (oneDNN's gemm
@@ -216,18 +226,89 @@ struct ConvKernel::Impl {
   }
 
   // The implementation oneDNN picks for the whole input (computed once).
+  // The implementation oneDNN picks for the whole input (computed once). oneDNN's jit_1x1 kernel
+  // blocks the input-channel sum by the output height (small maps with many channels), so a row
+  // band can round differently from the whole map; for 1x1 convs the choice is probed once per
+  // geometry (process-wide) and replaced by the generic jit kernel when a band differs.
   const std::string& full_impl(int threads) {
-    if (full_impl_name.empty()) {
-      const Window& w = node.window;
-      const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
-      const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
-      const EdgePads p{w.pt, w.pl, w.pb, w.pr};
-      (void)threads;
-      full_impl_name = make_pd(Dims{in_full[0], in_full[1], in_full[2], in_full[3]},
-                               Dims{in_full[0], node.weight.size(0), ho, wo}, p, "")
-                           .impl_info_str();
+    if (!full_impl_name.empty()) return full_impl_name;
+    const Window& w = node.window;
+    const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+    const EdgePads p{w.pt, w.pl, w.pb, w.pr};
+    const Dims xd{in_full[0], in_full[1], in_full[2], in_full[3]};
+    const Dims yd{in_full[0], node.weight.size(0), ho, wo};
+    dnnl::convolution_forward::primitive_desc pd = make_pd(xd, yd, p, "");
+    full_impl_name = pd.impl_info_str();
+    if (full_impl_name.find("1x1") == std::string::npos || ho < 2) return full_impl_name;
+    static std::mutex cache_mu;
+    static std::map<std::array<int64_t, 13>, std::pair<int, std::string>> cache;
+    const std::array<int64_t, 13> key{xd[0], xd[1], xd[2], xd[3], yd[1],   w.sh,  w.sw,
+                                      w.pt,  w.pl,  w.pb,  w.pr,  threads, layout};
+    {
+      std::lock_guard lk(cache_mu);
+      if (auto it = cache.find(key); it != cache.end()) {
+        layout = it->second.first;
+        full_impl_name = it->second.second;
+        return full_impl_name;
+      }
     }
+    if (!bands_exact(ho, threads)) {
+      avoid_jit_1x1 = true;
+      const std::string alt = make_pd(xd, yd, p, "").impl_info_str();
+      if (alt.find("1x1") == std::string::npos) {
+        full_impl_name = alt;
+      } else {  // no generic blocked kernel: oneDNN's GEMM convolution on NCHW
+        avoid_jit_1x1 = false;
+        layout = 1;
+        prims.clear();
+        full_impl_name = make_pd(xd, yd, p, "").impl_info_str();
+      }
+      log().debug("cnn conv '{}': jit_1x1 is not exact on row bands, using {}{}", node.name,
+                  full_impl_name, layout == 1 ? " on NCHW" : "");
+    }
+    prims.clear();  // primitives made while probing
+    std::lock_guard lk(cache_mu);
+    cache.emplace(key, std::make_pair(layout, full_impl_name));
     return full_impl_name;
+  }
+
+  // Whether row bands (full width; heights 1..16, half and all but one) of the whole-input
+  // result come out bit-identical with the implementation in full_impl_name.
+  bool bands_exact(int64_t ho, int threads) {
+    const Window& w = node.window;
+    Tensor x = Tensor::empty(in_full, DType::kF32);
+    float* xp = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      xp[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    const Region all{0, ho, 0, window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false)};
+    Tensor y = Tensor::empty({in_full[0], node.weight.size(0), all.h1, all.w1}, DType::kF32);
+    // The residual, when the conv sums: varied values (the sum's place in the order matters).
+    Tensor res = Tensor::empty(y.shape(), DType::kF32);
+    float* rp = res.data<float>();
+    for (int64_t i = 0; i < res.numel(); ++i)
+      rp[i] = static_cast<float>((i * 40503u) % 1999) / 997.0f - 1.0f;
+    std::memcpy(y.raw_data(), rp, static_cast<size_t>(res.nbytes()));
+    execute(get(x, edge_pads(w, in_full, all), y, threads), xp, y.raw_data());
+    std::vector<int64_t> heights;
+    for (int64_t h = 1; h <= std::min<int64_t>(16, ho - 1); ++h) heights.push_back(h);
+    heights.push_back(std::max<int64_t>(1, ho / 2));
+    heights.push_back(ho - 1);
+    for (int64_t h : heights) {
+      const Region out{1, 1 + h, all.w0, all.w1};
+      const int64_t lo = std::max<int64_t>(0, out.h0 * w.sh - w.pt);
+      const int64_t hi = std::min<int64_t>(in_full[2], (out.h1 - 1) * w.sh - w.pt + 1);
+      const Tensor xt = x.slice(2, lo, hi).contiguous();
+      Tensor yt = Tensor::empty({in_full[0], node.weight.size(0), h, all.w1}, DType::kF32);
+      const Tensor r = res.slice(2, out.h0, out.h1).contiguous();
+      std::memcpy(yt.raw_data(), r.raw_data(), static_cast<size_t>(r.nbytes()));
+      execute(get(xt, edge_pads(w, in_full, out), yt, threads), const_cast<void*>(xt.raw_data()),
+              yt.raw_data());
+      const Tensor want = y.slice(2, out.h0, out.h1).contiguous();
+      if (std::memcmp(want.raw_data(), yt.raw_data(), static_cast<size_t>(want.nbytes())) != 0)
+        return false;
+    }
+    return true;
   }
 
   Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {

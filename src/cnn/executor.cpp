@@ -12,6 +12,8 @@
 
 #include "cnn/blocked.h"
 #include "cnn/kernels.h"
+#include "tandem/cnn/device_runner.h"
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cnn {
@@ -51,6 +53,7 @@ struct Executor::Impl {
   bool have_full_plan = false;
   Plan full_plan;
   std::vector<Tensor> full_slots;
+  std::unique_ptr<DeviceRunner> device;             // ExecutorOptions::device other than the CPU
   std::unique_ptr<kernels::BlockedRunner> blocked;  // whole-image runs, planned on first use
   std::vector<Tensor> kept;                         // keep_all
   std::vector<double> times;                        // profile
@@ -263,6 +266,17 @@ Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_u
     if (t.shape.rank() == 0)
       throw InvalidArgument(
           cat("cnn::Executor: tensor '", t.name, "' has no shape (run Graph::infer_shapes first)"));
+  if (!opts.device.is_cpu()) {
+    if (opts.keep_all || opts.profile)
+      throw Unsupported("cnn::Executor: keep_all and profile are CPU-only");
+    BackendRegistry::global().get(opts.device);  // NotFound naming the device when absent
+    const DeviceRunnerFactory make = find_device_runner(opts.device.type);
+    if (!make)
+      throw Unsupported(cat("cnn::Executor: no CNN runner for ", opts.device.to_string(),
+                            " (the backend module was built without cuDNN)"));
+    impl_->device = make(impl_->g, opts.device);
+    return;
+  }
   impl_->convs.resize(graph.nodes().size());
   for (size_t i = 0; i < graph.nodes().size(); ++i)
     if (graph.node(static_cast<int>(i)).op == OpKind::kConv)
@@ -295,6 +309,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                                 x.defined() ? x.to_string() : "undefined"));
     tiles[t] = {x, full_region(x.shape())};
   }
+  if (m.device) return m.device->run(inputs);
   if (m.use_blocked()) {
     if (!m.blocked)
       m.blocked = std::make_unique<kernels::BlockedRunner>(g, m.convs, std::max(m.opts.threads, 1),
@@ -332,6 +347,9 @@ std::map<int, Tile> Executor::run_region(const std::vector<int>& nodes,
                                          const std::map<int, Region>& wanted) {
   Impl& m = *impl_;
   const Graph& g = m.g;
+  if (m.device)
+    throw Unsupported(
+        cat("cnn run_region: tiles run on the CPU only, not on ", m.opts.device.to_string()));
   for (int id : nodes)
     if (id < 0 || id >= static_cast<int>(g.nodes().size()))
       throw InvalidArgument(cat("cnn run_region: node id ", id, " out of range"));

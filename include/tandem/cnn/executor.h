@@ -29,6 +29,7 @@
 
 #include "tandem/cnn/graph.h"
 #include "tandem/cnn/region.h"
+#include "tandem/core/device.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
 
@@ -48,6 +49,9 @@ struct ExecutorOptions {
   // so tiles (run_region) match the whole-image run only to rounding (~1e-6), not bit for bit.
   // TANDEM_CNN_WINOGRAD=1 turns it on too.
   bool winograd = false;
+  // Device::cuda(i): the whole graph runs there through the CUDA module's cuDNN/cuBLAS runner
+  // (device_runner.h); run() only (no run_region, keep_all or profile), outputs on the CPU.
+  Device device = Device::cpu();
 };
 
 // A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor
