@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
+  libzmq3-dev cppzmq-dev  # the pipeline runtime's transport (src/sched)
   bible-kjv r-cran-janeaustenr  # real texts for `tandem perplexity` (scripts/llm/get_texts.sh)
 )
 

@@ -29,6 +29,7 @@ struct CnnRunOptions {
   int batch = 1;
   int top = 5;
   bool profile = false;
+  std::string device = "cpu";
   std::string output = "md";
 };
 
@@ -90,7 +91,8 @@ int run_cnn(const CnnRunOptions& o) {
   if (g.inputs().size() != 1)
     throw Unsupported(cat(o.model, ": cnn-run feeds one input; the model has ", g.inputs().size()));
   const Tensor x = make_input(o.input, g.tensor(g.inputs()[0]).shape);
-  cnn::Executor ex(g, {.threads = o.threads, .profile = o.profile});
+  cnn::Executor ex(g,
+                   {.threads = o.threads, .profile = o.profile, .device = Device::parse(o.device)});
   const auto t1 = Clock::now();
   ex.run({x});  // first run: primitive creation and weight packing
   const double first_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
@@ -102,22 +104,25 @@ int run_cnn(const CnnRunOptions& o) {
   for (size_t i = 0; i < ys.size(); ++i)
     outs.push_back(describe_output(g.tensor(g.outputs()[i]).name, ys[i], o.top));
   const double gflop = static_cast<double>(g.total_flops()) * 1e-9;
-  nlohmann::json j = {
-      {"schema_version", 1},
-      {"build", build_info_json()},
-      {"system", system_json()},
-      {"params",
-       {{"model", o.model}, {"input", o.input}, {"threads", o.threads}, {"batch", o.batch}}},
-      {"nodes", g.nodes().size()},
-      {"gflop", gflop},
-      {"weight_bytes", g.weight_bytes()},
-      {"activation_bytes_planned", ex.memory_plan().planned_bytes},
-      {"activation_bytes_unplanned", ex.memory_plan().naive_bytes},
-      {"import_ms", import_ms},
-      {"first_run_ms", first_ms},
-      {"latency_ms", run_ms},
-      {"gflop_per_s", gflop / (run_ms * 1e-3)},
-      {"outputs", outs}};
+  nlohmann::json j = {{"schema_version", 1},
+                      {"build", build_info_json()},
+                      {"system", system_json()},
+                      {"params",
+                       {{"model", o.model},
+                        {"input", o.input},
+                        {"threads", o.threads},
+                        {"batch", o.batch},
+                        {"device", o.device}}},
+                      {"nodes", g.nodes().size()},
+                      {"gflop", gflop},
+                      {"weight_bytes", g.weight_bytes()},
+                      {"activation_bytes_planned", ex.memory_plan().planned_bytes},
+                      {"activation_bytes_unplanned", ex.memory_plan().naive_bytes},
+                      {"import_ms", import_ms},
+                      {"first_run_ms", first_ms},
+                      {"latency_ms", run_ms},
+                      {"gflop_per_s", gflop / (run_ms * 1e-3)},
+                      {"outputs", outs}};
   if (o.profile) {  // time per op kind (convs split by kernel shape class)
     std::map<std::string, std::pair<double, int64_t>> by_kind;
     nlohmann::json nodes = nlohmann::json::array();
@@ -183,6 +188,8 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   sub->add_option("--top", o->top, "top classes to list for [N, classes] outputs");
   sub->add_flag("--profile", o->profile, "time every node; print the time per op kind");
+  sub->add_option("-d,--device", o->device,
+                  "cpu, or cuda:N (cuDNN/cuBLAS runner of the CUDA module)");
   sub->add_option("-o,--output", o->output, "output format")->check(CLI::IsMember({"md", "json"}));
   return Command{sub, [o] { return run_cnn(*o); }};
 });

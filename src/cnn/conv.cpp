@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -66,11 +66,14 @@ struct Prim {
   dnnl::memory::desc src_user, dst_user;
   dnnl::reorder src_reorder, dst_reorder, dst_in_reorder;  // dst_in: residual into dst_buf
   dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch, dst_in_scratch;
-  dnnl::memory weights;  // packed into pd.weights_desc() (shared between primitives)
+  dnnl::memory weights;      // packed into pd.weights_desc() (shared between primitives)
+  bool dst_blocked = false;  // whole-input primitive: dst_user is the blocked layout
 };
 
 // key: N, C, H, W, 4 source strides, 4 edge pads, threads
 using PrimKey = std::array<int64_t, 14>;  // + the activation layout (plain or any)
+
+Tag block_tag(int block) { return block == 16 ? Tag::nChw16c : Tag::nChw8c; }
 
 dnnl::memory make_scratch(const dnnl::memory::desc& md) {
   return md.get_size() > 0 ? dnnl::memory(md, engine()) : dnnl::memory();
@@ -110,18 +113,40 @@ struct ConvKernel::Impl {
   // the kernel of the whole-image run and give bit-identical results).
   dnnl::convolution_forward::primitive_desc make_pd(const Dims& xd, const Dims& yd,
                                                     const EdgePads& p, const std::string& match) {
+    return make_pd_alg(xd, yd, p, match, winograd);
+  }
+
+  dnnl::convolution_forward::primitive_desc make_pd_alg(const Dims& xd, const Dims& yd,
+                                                        const EdgePads& p, const std::string& match,
+                                                        bool allow_winograd) {
     const Window& w = node.window;
     // 1x1 convolutions run as a GEMM straight on NCHW (oneDNN's gemm convolution): no reorder of
     // the activations in or out, which costs more than the blocked kernel gains. Others let
     // oneDNN pick (blocked nChw16c, reordered per call).
-    const Tag act_tag = plain_layout() ? Tag::nchw : Tag::any;
-    const dnnl::memory::desc src_any(xd, kF32, act_tag);
-    const dnnl::memory::desc dst_any(yd, kF32, act_tag);
+    // Otherwise the activations are blocked (nChw16c on AVX-512, nChw8c below): the layout the
+    // executor keeps between ops, so a whole-image run has no reorder around the conv. A source
+    // with fewer channels than a block (the image) is left to oneDNN; so are grouped convs whose
+    // groups do not fill whole blocks (depthwise ones do: oneDNN's jit_dw runs on blocks).
+    Tag src_tag = Tag::nchw, dst_tag = Tag::nchw;
+    if (!plain_layout()) {
+      const bool fits = node.groups == 1 || is_depthwise(node) ||
+                        (xd[1] / node.groups % block == 0 && yd[1] / node.groups % block == 0);
+      dst_tag = fits ? block_tag(block) : Tag::any;
+      src_tag = fits && xd[1] >= block ? block_tag(block) : Tag::any;
+    }
+    const dnnl::memory::desc src_any(xd, kF32, src_tag);
+    const dnnl::memory::desc dst_any(yd, kF32, dst_tag);
     const dnnl::memory::desc w_any(weights_user.dims(), kF32, Tag::any);
     const Dims strides{w.sh, w.sw}, dil{w.dh - 1, w.dw - 1};
     const Dims pad_l{p.top, p.left}, pad_r{p.bottom, p.right};
     const auto prop = dnnl::prop_kind::forward_inference;
-    const auto alg = dnnl::algorithm::convolution_direct;
+    // Winograd (opt-in) for 3x3 stride-1 convs: fewer multiplications, but the result of a pixel
+    // depends on its place in the transform's output tile, so tiles are no longer bit-identical.
+    const bool wino = allow_winograd && !plain_layout() && w.kh == 3 && w.kw == 3 && w.sh == 1 &&
+                      w.sw == 1 && w.dh == 1 && w.dw == 1 && node.groups == 1 && xd[1] >= block &&
+                      yd[1] >= block;
+    const auto alg =
+        wino ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
     auto desc = node.bias.defined()
                     ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, bias_md, dst_any,
                                                       strides, dil, pad_l, pad_r)
@@ -155,7 +180,28 @@ struct ConvKernel::Impl {
       }
       attr.set_post_ops(po);
     }
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+    dnnl::convolution_forward::primitive_desc pd;
+    try {
+      pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+    } catch (const dnnl::error&) {
+      if (!wino) throw;
+      return make_pd_alg(xd, yd, p, match, false);  // no Winograd kernel here: direct
+    }
+    if (wino && match.empty()) {  // prefer F(4x4, 3x3) (jit_wino_4x3) over F(2x2, 3x3)
+      dnnl::convolution_forward::primitive_desc first = pd;
+      do {
+        if (std::string(pd.impl_info_str()).find("wino_4x3") != std::string::npos) return pd;
+      } while (pd.next_impl());
+      return first;
+    }
+    if (avoid_jit_1x1 && match.empty()) {  // the generic jit kernel, when oneDNN offers it
+      dnnl::convolution_forward::primitive_desc first = pd;
+      do {
+        const std::string name = pd.impl_info_str();
+        if (name.find("1x1") == std::string::npos && name.rfind("jit:", 0) == 0) return pd;
+      } while (pd.next_impl());
+      return first;
+    }
     if (match.empty() || pd.impl_info_str() == match) return pd;
     dnnl::convolution_forward::primitive_desc first = pd;
     while (pd.next_impl())
@@ -165,85 +211,104 @@ struct ConvKernel::Impl {
     return first;
   }
 
-  int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: oneDNN's choice
+  int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: blocked
+  int block = 16;   // channels per block of the blocked layout
+  bool winograd = false;
+  bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
   bool plain_layout() const { return layout == 1; }
 
-  // Chooses the activation layout once per conv geometry and thread count (process-wide, so every
-  // Executor of a model, whole-image or tile, uses the same kernel). 1x1 convolutions can run as a
-  // GEMM straight on NCHW, with no reorder of the activations in or out; whether that beats the
-  // blocked kernel plus its reorders depends on the shape, so both are timed on the whole input
-  // (best of 3) and the faster is kept, as MNN's pre-inference does. Other convs use oneDNN's
-  // choice. TANDEM_CNN_CONV_LAYOUT=plain|any forces one.
-  void choose_layout(int threads) {
+  // TANDEM_CNN_CONV_LAYOUT=plain runs every conv on plain NCHW activations (oneDNN's gemm
+  // convolution, no activation reorders); the default is the blocked layout.
+  void choose_layout(int) {
     if (layout >= 0) return;
-    if (const char* e = std::getenv("TANDEM_CNN_CONV_LAYOUT")) {
-      if (std::string(e) == "plain" || std::string(e) == "any") {
-        layout = std::string(e) == "plain" ? 1 : 0;
-        return;
-      }
-    }
-    const Window& w = node.window;
-    if (!(w.kh == 1 && w.kw == 1 && node.groups == 1)) {
-      layout = 0;
-      return;
-    }
-    static std::mutex cache_mu;
-    static std::map<std::array<int64_t, 12>, int> cache;
-    const std::array<int64_t, 12> key{
-        in_full[0], in_full[1], in_full[2], in_full[3], node.weight.size(0), w.sh, w.sw, w.pt,
-        w.pl,       w.pb,       w.pr,       threads};
-    {
-      std::lock_guard lk(cache_mu);
-      auto it = cache.find(key);
-      if (it != cache.end()) {
-        layout = it->second;
-        return;
-      }
-    }
-    const int64_t ho = window_output_size(in_full[2], 1, w.sh, 1, w.pt, w.pb, false);
-    const int64_t wo = window_output_size(in_full[3], 1, w.sw, 1, w.pl, w.pr, false);
-    Tensor x = Tensor::zeros(in_full, DType::kF32);
-    Tensor y = Tensor::empty({in_full[0], node.weight.size(0), ho, wo}, DType::kF32);
-    const EdgePads p{w.pt, w.pl, w.pb, w.pr};
-    double best[2] = {0, 0};
-    for (int choice : {0, 1}) {
-      layout = choice;
-      full_impl_name.clear();
-      try {
-        execute(get(x, p, y, threads), x, y);  // warm-up: creation, weight packing
-        best[choice] = INFINITY;
-        for (int r = 0; r < 3; ++r) {
-          const auto t0 = std::chrono::steady_clock::now();
-          execute(get(x, p, y, threads), x, y);
-          best[choice] = std::min(
-              best[choice],
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-      } catch (const dnnl::error&) {
-        best[choice] = INFINITY;
-      }
-    }
-    layout = best[1] < best[0] ? 1 : 0;
-    full_impl_name.clear();
-    log().debug("cnn conv '{}': {} layout ({:.3f} ms blocked, {:.3f} ms plain)", node.name,
-                layout ? "plain" : "blocked", best[0] * 1e3, best[1] * 1e3);
-    std::lock_guard lk(cache_mu);
-    cache.emplace(key, layout);
+    const char* e = std::getenv("TANDEM_CNN_CONV_LAYOUT");
+    layout = e && std::string(e) == "plain" ? 1 : 0;
   }
 
   // The implementation oneDNN picks for the whole input (computed once).
+  // The implementation oneDNN picks for the whole input (computed once). oneDNN's jit_1x1 kernel
+  // blocks the input-channel sum by the output height (small maps with many channels), so a row
+  // band can round differently from the whole map; for 1x1 convs the choice is probed once per
+  // geometry (process-wide) and replaced by the generic jit kernel when a band differs.
   const std::string& full_impl(int threads) {
-    if (full_impl_name.empty()) {
-      const Window& w = node.window;
-      const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
-      const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
-      const EdgePads p{w.pt, w.pl, w.pb, w.pr};
-      (void)threads;
-      full_impl_name = make_pd(Dims{in_full[0], in_full[1], in_full[2], in_full[3]},
-                               Dims{in_full[0], node.weight.size(0), ho, wo}, p, "")
-                           .impl_info_str();
+    if (!full_impl_name.empty()) return full_impl_name;
+    const Window& w = node.window;
+    const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+    const EdgePads p{w.pt, w.pl, w.pb, w.pr};
+    const Dims xd{in_full[0], in_full[1], in_full[2], in_full[3]};
+    const Dims yd{in_full[0], node.weight.size(0), ho, wo};
+    dnnl::convolution_forward::primitive_desc pd = make_pd(xd, yd, p, "");
+    full_impl_name = pd.impl_info_str();
+    if (full_impl_name.find("1x1") == std::string::npos || ho < 2) return full_impl_name;
+    static std::mutex cache_mu;
+    static std::map<std::array<int64_t, 13>, std::pair<int, std::string>> cache;
+    const std::array<int64_t, 13> key{xd[0], xd[1], xd[2], xd[3], yd[1],   w.sh,  w.sw,
+                                      w.pt,  w.pl,  w.pb,  w.pr,  threads, layout};
+    {
+      std::lock_guard lk(cache_mu);
+      if (auto it = cache.find(key); it != cache.end()) {
+        layout = it->second.first;
+        full_impl_name = it->second.second;
+        return full_impl_name;
+      }
     }
+    if (!bands_exact(ho, threads)) {
+      avoid_jit_1x1 = true;
+      const std::string alt = make_pd(xd, yd, p, "").impl_info_str();
+      if (alt.find("1x1") == std::string::npos) {
+        full_impl_name = alt;
+      } else {  // no generic blocked kernel: oneDNN's GEMM convolution on NCHW
+        avoid_jit_1x1 = false;
+        layout = 1;
+        prims.clear();
+        full_impl_name = make_pd(xd, yd, p, "").impl_info_str();
+      }
+      log().debug("cnn conv '{}': jit_1x1 is not exact on row bands, using {}{}", node.name,
+                  full_impl_name, layout == 1 ? " on NCHW" : "");
+    }
+    prims.clear();  // primitives made while probing
+    std::lock_guard lk(cache_mu);
+    cache.emplace(key, std::make_pair(layout, full_impl_name));
     return full_impl_name;
+  }
+
+  // Whether row bands (full width; heights 1..16, half and all but one) of the whole-input
+  // result come out bit-identical with the implementation in full_impl_name.
+  bool bands_exact(int64_t ho, int threads) {
+    const Window& w = node.window;
+    Tensor x = Tensor::empty(in_full, DType::kF32);
+    float* xp = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      xp[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    const Region all{0, ho, 0, window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false)};
+    Tensor y = Tensor::empty({in_full[0], node.weight.size(0), all.h1, all.w1}, DType::kF32);
+    // The residual, when the conv sums: varied values (the sum's place in the order matters).
+    Tensor res = Tensor::empty(y.shape(), DType::kF32);
+    float* rp = res.data<float>();
+    for (int64_t i = 0; i < res.numel(); ++i)
+      rp[i] = static_cast<float>((i * 40503u) % 1999) / 997.0f - 1.0f;
+    std::memcpy(y.raw_data(), rp, static_cast<size_t>(res.nbytes()));
+    execute(get(x, edge_pads(w, in_full, all), y, threads), xp, y.raw_data());
+    std::vector<int64_t> heights;
+    for (int64_t h = 1; h <= std::min<int64_t>(16, ho - 1); ++h) heights.push_back(h);
+    heights.push_back(std::max<int64_t>(1, ho / 2));
+    heights.push_back(ho - 1);
+    for (int64_t h : heights) {
+      const Region out{1, 1 + h, all.w0, all.w1};
+      const int64_t lo = std::max<int64_t>(0, out.h0 * w.sh - w.pt);
+      const int64_t hi = std::min<int64_t>(in_full[2], (out.h1 - 1) * w.sh - w.pt + 1);
+      const Tensor xt = x.slice(2, lo, hi).contiguous();
+      Tensor yt = Tensor::empty({in_full[0], node.weight.size(0), h, all.w1}, DType::kF32);
+      const Tensor r = res.slice(2, out.h0, out.h1).contiguous();
+      std::memcpy(yt.raw_data(), r.raw_data(), static_cast<size_t>(r.nbytes()));
+      execute(get(xt, edge_pads(w, in_full, out), yt, threads), const_cast<void*>(xt.raw_data()),
+              yt.raw_data());
+      const Tensor want = y.slice(2, out.h0, out.h1).contiguous();
+      if (std::memcmp(want.raw_data(), yt.raw_data(), static_cast<size_t>(want.nbytes())) != 0)
+        return false;
+    }
+    return true;
   }
 
   Prim& get(const Tensor& x, const EdgePads& p, const Tensor& y, int threads) {
@@ -259,6 +324,16 @@ struct ConvKernel::Impl {
     e->dst_user =
         dnnl::memory::desc(Dims{y.size(0), y.size(1), y.size(2), y.size(3)}, kF32, Tag::nchw);
     e->pd = make_pd(e->src_user.dims(), e->dst_user.dims(), p, full_impl(threads));
+    finish(*e);
+    log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
+                e->pd.impl_info_str(), threads);
+    return *prims.emplace(key, std::move(e)).first->second;
+  }
+
+  // The primitive, its scratchpad, the reorders between the user layouts and the primitive's, and
+  // the packed weights.
+  void finish(Prim& pr) {
+    Prim* e = &pr;
     e->prim = dnnl::convolution_forward(e->pd);
     e->scratch = make_scratch(e->pd.scratchpad_desc());
     dnnl::primitive_attr rattr;
@@ -282,21 +357,61 @@ struct ConvKernel::Impl {
       }
     }
     e->weights = packed_weights(e->pd.weights_desc());
-    log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
-                e->pd.impl_info_str(), threads);
-    return *prims.emplace(key, std::move(e)).first->second;
   }
 
   void run(const Tensor& x, const EdgePads& p, Tensor& y, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
-    execute(get(x, p, y, threads), x, y);
+    execute(get(x, p, y, threads), const_cast<void*>(x.raw_data()), y.raw_data());
   }
 
-  void execute(Prim& e, const Tensor& x, Tensor& y) {
+  // Whole-input primitive with the source in the executor's layout `src_block` (0: NCHW, else
+  // nChw{block}c) and the destination in the conv's own layout when that is the blocked one.
+  Prim& get_full(int src_block, int threads) {
+    choose_layout(threads);
+    const PrimKey key{layout, -1, src_block, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    auto it = prims.find(key);
+    if (it != prims.end()) return *it->second;
+    const Window& w = node.window;
+    const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+    // The source is cropped to the rows and columns the output reads, as for a tile (a 1x1
+    // stride-2 conv skips the last row of an even input): the same geometry, so the same kernel.
+    const int64_t h1 = std::min(in_full[2], (ho - 1) * w.sh - w.pt + (w.kh - 1) * w.dh + 1);
+    const int64_t w1 = std::min(in_full[3], (wo - 1) * w.sw - w.pl + (w.kw - 1) * w.dw + 1);
+    const Dims full_dims{in_full[0], in_full[1], in_full[2], in_full[3]};
+    const Dims xd{in_full[0], in_full[1], h1, w1};
+    const Dims yd{in_full[0], node.weight.size(0), ho, wo};
+    auto e = std::make_unique<Prim>();
+    e->src_user = dnnl::memory::desc(full_dims, kF32, src_block ? block_tag(src_block) : Tag::nchw);
+    if (xd != full_dims) e->src_user = e->src_user.submemory_desc(xd, Dims{0, 0, 0, 0});
+    const EdgePads p = edge_pads(w, in_full, Region{0, ho, 0, wo});
+    e->pd = make_pd(xd, yd, p, full_impl(threads));
+    const dnnl::memory::desc blocked(yd, kF32, block_tag(block));
+    e->dst_blocked = e->pd.dst_desc() == blocked;
+    e->dst_user = e->dst_blocked ? blocked : dnnl::memory::desc(yd, kF32, Tag::nchw);
+    finish(*e);
+    log().debug("cnn conv '{}' whole input (source {}): {} ({} threads)", node.name,
+                src_block ? "blocked" : "plain", e->pd.impl_info_str(), threads);
+    return *prims.emplace(key, std::move(e)).first->second;
+  }
+
+  int full_dst_block(int src_block, int threads) {
+    std::lock_guard lk(mu);
+    Prim& e = get_full(src_block, threads);
+    return e.dst_blocked ? block : 0;
+  }
+
+  void run_full(const float* src, int src_block, float* dst, int threads) {
+    OmpThreads scope(threads);
+    std::lock_guard lk(mu);
+    execute(get_full(src_block, threads), const_cast<float*>(src), dst);
+  }
+
+  void execute(Prim& e, void* x, void* y) {
     dnnl::stream st(engine());
-    dnnl::memory src(e.src_user, engine(), x.raw_data());
-    dnnl::memory dst(e.dst_user, engine(), y.raw_data());
+    dnnl::memory src(e.src_user, engine(), x);
+    dnnl::memory dst(e.dst_user, engine(), y);
     auto reorder = [&](const dnnl::reorder& r, const dnnl::memory& from, const dnnl::memory& to,
                        const dnnl::memory& pad) {
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
@@ -330,19 +445,24 @@ struct ConvKernel::Impl {
   void run(const Tensor&, const EdgePads&, Tensor&, int) {
     throw Unsupported("cnn: built without oneDNN");
   }
+  int full_dst_block(int, int) { return 0; }
+  void run_full(const float*, int, float*, int) { throw Unsupported("cnn: built without oneDNN"); }
 };
 
 #endif
 
-ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
+ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, bool winograd)
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
-  // Depthwise: the engine's direct kernel (no reorders), unless TANDEM_CNN_DEPTHWISE=onednn.
+  // Depthwise: oneDNN's jit depthwise kernel on blocked activations (activation fused); the
+  // engine's direct NCHW kernel without oneDNN or with TANDEM_CNN_DEPTHWISE=direct.
   const char* dw = std::getenv("TANDEM_CNN_DEPTHWISE");
-  impl_->direct_dw = is_depthwise(node) && !(dw && std::string(dw) == "onednn");
+  impl_->direct_dw = is_depthwise(node) && (!use_onednn || (dw && std::string(dw) == "direct"));
 #if defined(TANDEM_HAVE_DNNL)
   impl_->onednn = use_onednn;
+  impl_->block = block_size();
+  impl_->winograd = winograd;
   const int64_t g = node.groups;
   const Tensor& w = node.weight;
   const Dims wdims = g > 1 ? Dims{g, w.size(0) / g, w.size(1), w.size(2), w.size(3)}
@@ -351,12 +471,45 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn)
   impl_->bias_md = dnnl::memory::desc(Dims{w.size(0)}, kF32, Tag::x);
 #else
   (void)use_onednn;
+  (void)winograd;
 #endif
 }
 
 ConvKernel::~ConvKernel() = default;
 
 bool ConvKernel::uses_onednn() const { return impl_->onednn; }
+
+bool ConvKernel::blocked_capable() const { return impl_->onednn && !impl_->direct_dw; }
+
+int ConvKernel::full_dst_block(int src_block, int threads) {
+  try {
+    return impl_->full_dst_block(src_block, threads);
+#if defined(TANDEM_HAVE_DNNL)
+  } catch (const dnnl::error& e) {
+    throw DeviceError(cat("cnn conv '", impl_->node.name, "': oneDNN failed: ", e.what()));
+#endif
+  } catch (...) {
+    throw;
+  }
+}
+
+void ConvKernel::run_full(const float* src, int src_block, float* dst, int threads) {
+  try {
+    impl_->run_full(src, src_block, dst, threads);
+#if defined(TANDEM_HAVE_DNNL)
+  } catch (const dnnl::error& e) {
+    throw DeviceError(
+        cat("cnn conv '", impl_->node.name, "' on the whole input: oneDNN failed: ", e.what()));
+#endif
+  } catch (...) {
+    throw;
+  }
+}
+
+int block_size() {
+  static const int b = __builtin_cpu_supports("avx512f") ? 16 : 8;
+  return b;
+}
 
 void ConvKernel::run(const View& x, const View* residual, const Region& out, Tensor& y,
                      int threads) {

@@ -6,9 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <set>
+#include <string>
 
+#include "cnn/blocked.h"
 #include "cnn/kernels.h"
+#include "tandem/cnn/device_runner.h"
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cnn {
@@ -28,6 +33,11 @@ Shape tile_shape(const Shape& full, const Region& r) {
   return Shape{full[0], full[1], r.rows(), r.cols()};
 }
 
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "1";
+}
+
 bool elementwise(OpKind op) {
   return op == OpKind::kActivation || op == OpKind::kAffine || op == OpKind::kAdd ||
          op == OpKind::kMul;
@@ -43,9 +53,22 @@ struct Executor::Impl {
   bool have_full_plan = false;
   Plan full_plan;
   std::vector<Tensor> full_slots;
-  std::vector<Tensor> kept;   // keep_all
-  std::vector<double> times;  // profile
+  std::unique_ptr<DeviceRunner> device;             // ExecutorOptions::device other than the CPU
+  std::unique_ptr<kernels::BlockedRunner> blocked;  // whole-image runs, planned on first use
+  std::vector<Tensor> kept;                         // keep_all
+  std::vector<double> times;                        // profile
   MemoryPlan last_stats;
+
+  // Whole-image runs keep activations blocked when oneDNN runs the convolutions (blocked.h),
+  // unless ExecutorOptions::blocked is off or TANDEM_CNN_BLOCKED=0.
+  bool use_blocked() const {
+#if defined(TANDEM_HAVE_DNNL)
+    const char* e = std::getenv("TANDEM_CNN_BLOCKED");
+    return opts.blocked && opts.use_onednn && !(e && std::string(e) == "0");
+#else
+    return false;
+#endif
+  }
 
   Plan make_plan(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
                  const std::map<int, Region>& wanted) const {
@@ -175,56 +198,65 @@ struct Executor::Impl {
                                     need.to_string()));
         in[i] = kernels::crop(v, need);
       }
-      Tensor y = make_out(n.outputs[0]);
-      switch (n.op) {
-        case OpKind::kConv:
-          convs[id]->run(in[0], in.size() > 1 ? &in[1] : nullptr, out, y, threads);
-          break;
-        case OpKind::kMaxPool:
-        case OpKind::kAveragePool:
-          kernels::pool(n, in[0], out, y, threads);
-          break;
-        case OpKind::kGlobalAveragePool:
-          kernels::global_average_pool(in[0], y, threads);
-          break;
-        case OpKind::kAdd:
-        case OpKind::kMul:
-          kernels::binary(n, in[0], in.size() > 1 ? &in[1] : nullptr, y, threads);
-          break;
-        case OpKind::kConcat:
-          kernels::concat(in, y, threads);
-          break;
-        case OpKind::kResize:
-          kernels::resize_nearest(n, in[0], out, y, threads);
-          break;
-        case OpKind::kFlatten:
-        case OpKind::kReshape:
-          kernels::copy_reshape(in[0].t, y);
-          break;
-        case OpKind::kGemm:
-          kernels::gemm(n, in[0].t, y, threads);
-          break;
-        case OpKind::kSoftmax:
-          kernels::softmax(in[0].t, y);
-          break;
-        case OpKind::kSplit: {
-          std::vector<Tensor> outs{y};
-          for (size_t i = 1; i < n.outputs.size(); ++i) outs.push_back(make_out(n.outputs[i]));
-          std::vector<Tensor*> ptrs;
-          for (Tensor& t : outs) ptrs.push_back(&t);
-          kernels::split(n, in[0], ptrs, threads);
-          break;
-        }
-        case OpKind::kActivation:
-          kernels::activation(n.act, in[0], y, threads);
-          break;
-        case OpKind::kAffine:
-          kernels::affine(n, in[0], y, threads);
-          break;
-      }
+      std::vector<Tensor> ys;
+      for (int t : n.outputs) ys.push_back(make_out(t));
+      kernels::dispatch(n, convs[id].get(), in, out, ys, threads);
     }
   }
 };
+
+namespace kernels {
+
+void dispatch(const Node& n, ConvKernel* conv, const std::vector<View>& in, const Region& out,
+              std::vector<Tensor>& ys, int threads) {
+  Tensor& y = ys[0];
+  switch (n.op) {
+    case OpKind::kConv:
+      conv->run(in[0], in.size() > 1 ? &in[1] : nullptr, out, y, threads);
+      break;
+    case OpKind::kMaxPool:
+    case OpKind::kAveragePool:
+      pool(n, in[0], out, y, threads);
+      break;
+    case OpKind::kGlobalAveragePool:
+      global_average_pool(in[0], y, threads);
+      break;
+    case OpKind::kAdd:
+    case OpKind::kMul:
+      binary(n, in[0], in.size() > 1 ? &in[1] : nullptr, y, threads);
+      break;
+    case OpKind::kConcat:
+      concat(in, y, threads);
+      break;
+    case OpKind::kResize:
+      resize_nearest(n, in[0], out, y, threads);
+      break;
+    case OpKind::kFlatten:
+    case OpKind::kReshape:
+      copy_reshape(in[0].t, y);
+      break;
+    case OpKind::kGemm:
+      gemm(n, in[0].t, y, threads);
+      break;
+    case OpKind::kSoftmax:
+      softmax(in[0].t, y);
+      break;
+    case OpKind::kSplit: {
+      std::vector<Tensor*> ptrs;
+      for (Tensor& t : ys) ptrs.push_back(&t);
+      split(n, in[0], ptrs, threads);
+      break;
+    }
+    case OpKind::kActivation:
+      activation(n.act, in[0], y, threads);
+      break;
+    case OpKind::kAffine:
+      affine(n, in[0], y, threads);
+      break;
+  }
+}
+
+}  // namespace kernels
 
 Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->g = graph;
@@ -234,12 +266,24 @@ Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_u
     if (t.shape.rank() == 0)
       throw InvalidArgument(
           cat("cnn::Executor: tensor '", t.name, "' has no shape (run Graph::infer_shapes first)"));
+  if (!opts.device.is_cpu()) {
+    if (opts.keep_all || opts.profile)
+      throw Unsupported("cnn::Executor: keep_all and profile are CPU-only");
+    BackendRegistry::global().get(opts.device);  // NotFound naming the device when absent
+    const DeviceRunnerFactory make = find_device_runner(opts.device.type);
+    if (!make)
+      throw Unsupported(cat("cnn::Executor: no CNN runner for ", opts.device.to_string(),
+                            " (the backend module was built without cuDNN)"));
+    impl_->device = make(impl_->g, opts.device);
+    return;
+  }
   impl_->convs.resize(graph.nodes().size());
   for (size_t i = 0; i < graph.nodes().size(); ++i)
     if (graph.node(static_cast<int>(i)).op == OpKind::kConv)
       impl_->convs[i] = std::make_unique<kernels::ConvKernel>(
           graph.node(static_cast<int>(i)),
-          graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn);
+          graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn,
+          opts.winograd || env_on("TANDEM_CNN_WINOGRAD"));
 }
 
 Executor::~Executor() = default;
@@ -264,6 +308,19 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
                                 g.tensor(t).shape.to_string(), ", got ",
                                 x.defined() ? x.to_string() : "undefined"));
     tiles[t] = {x, full_region(x.shape())};
+  }
+  if (m.device) return m.device->run(inputs);
+  if (m.use_blocked()) {
+    if (!m.blocked)
+      m.blocked = std::make_unique<kernels::BlockedRunner>(g, m.convs, std::max(m.opts.threads, 1),
+                                                           m.opts.keep_all);
+    std::vector<Tensor> plain_inputs;
+    for (int t : g.inputs()) plain_inputs.push_back(tiles[t].data);
+    if (m.opts.profile) m.times.assign(g.nodes().size(), 0.0);
+    std::vector<Tensor> out = m.blocked->run(plain_inputs, m.opts.keep_all ? &m.kept : nullptr,
+                                             m.opts.profile ? &m.times : nullptr);
+    m.last_stats = m.blocked->stats();
+    return out;
   }
   std::map<int, Region> wanted;
   for (int t : g.outputs()) wanted[t] = full_region(g.tensor(t).shape);
@@ -290,6 +347,9 @@ std::map<int, Tile> Executor::run_region(const std::vector<int>& nodes,
                                          const std::map<int, Region>& wanted) {
   Impl& m = *impl_;
   const Graph& g = m.g;
+  if (m.device)
+    throw Unsupported(
+        cat("cnn run_region: tiles run on the CPU only, not on ", m.opts.device.to_string()));
   for (int id : nodes)
     if (id < 0 || id >= static_cast<int>(g.nodes().size()))
       throw InvalidArgument(cat("cnn run_region: node id ", id, " out of range"));

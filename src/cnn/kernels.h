@@ -29,17 +29,29 @@ float apply_act(float v, const Activation& a);
 class ConvKernel {
  public:
   // in_full: the node's whole input shape (tiles reuse the kernel chosen for it).
-  ConvKernel(const Node& node, const Shape& in_full, bool use_onednn);
+  // winograd: oneDNN's Winograd for 3x3 stride-1 convs where it has a kernel.
+  ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, bool winograd = false);
   ~ConvKernel();
   // x: the input cropped to input_region(out); residual: the residual input cropped to out, or
   // null (it may share y's memory); y: contiguous [N, O, out.rows(), out.cols()].
   void run(const View& x, const View* residual, const Region& out, Tensor& y, int threads);
   bool uses_onednn() const;
 
+  // The whole-input path of the executor's blocked pipeline (oneDNN, not the direct depthwise
+  // kernel): src is the whole input in layout `src_block` (0: NCHW, B: nChwBc with B =
+  // block_size(), channels padded to a multiple of B); dst is the whole output in the layout
+  // full_dst_block() returns, holding the residual first when the node has one.
+  bool blocked_capable() const;
+  int full_dst_block(int src_block, int threads);
+  void run_full(const float* src, int src_block, float* dst, int threads);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Channels per block of the blocked activation layout: 16 with AVX-512, else 8.
+int block_size();
 
 // Depthwise convolution (groups == channels == outputs) by direct loops (depthwise.cpp).
 bool is_depthwise(const Node& n);

@@ -52,6 +52,52 @@ TEST(CnnModels, TinyRegionsMatchTheFullRun) {
   }
 }
 
+// The blocked pipeline (activations in nChw16c/nChw8c between ops) against the NCHW path: every
+// tensor bit for bit, at 1 and 2 threads (the same oneDNN kernels and the same per-channel
+// arithmetic in the engine's own kernels).
+TEST(CnnModels, BlockedRunIsBitIdenticalToNchw) {
+  for (const char* name : {"tiny_cnn", "tiny_resnet"}) {
+    SCOPED_TRACE(name);
+    const auto ref = load_reference(testing::data_dir(), name);
+    for (bool fuse : {true, false}) {
+      const Graph g = import_onnx(ref.model.string(), {.fuse = fuse});
+      for (int threads : {1, 2}) {
+        Executor blocked(g, {.threads = threads, .keep_all = true});
+        Executor nchw(g, {.threads = threads, .keep_all = true, .blocked = false});
+        blocked.run({ref.input});
+        nchw.run({ref.input});
+        for (size_t t = 0; t < g.tensors().size(); ++t) {
+          const Tensor& a = blocked.tensors()[t];
+          const Tensor& b = nchw.tensors()[t];
+          ASSERT_TRUE(a.defined() && b.defined()) << g.tensor(static_cast<int>(t)).name;
+          EXPECT_TRUE(testing::bit_equal(a, b))
+              << "tensor '" << g.tensor(static_cast<int>(t)).name << "' (fuse " << fuse
+              << ", threads " << threads << "): scaled error " << scaled_max_error(a, b);
+        }
+      }
+    }
+  }
+}
+
+// Winograd (opt-in) changes the rounding only: the tiny models' outputs stay within 1e-5 (scaled)
+// of the direct convolutions and of ONNX Runtime's within the tiny tolerance.
+TEST(CnnModels, WinogradMatchesDirectConvolution) {
+  for (const char* name : {"tiny_cnn", "tiny_resnet"}) {
+    SCOPED_TRACE(name);
+    const auto ref = load_reference(testing::data_dir(), name);
+    const Graph g = import_onnx(ref.model.string());
+    for (int threads : {1, 2}) {
+      Executor wino(g, {.threads = threads, .winograd = true});
+      Executor direct(g, {.threads = threads});
+      const auto a = wino.run({ref.input}), b = direct.run({ref.input});
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(scaled_max_error(a[i], b[i]), 1e-5);
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_LE(scaled_max_error(a[i], ref.outputs[i]), kTinyTol);
+    }
+  }
+}
+
 TEST(CnnModels, RepeatedRunsReuseThePlan) {
   const auto ref = load_reference(testing::data_dir(), "tiny_resnet");
   const Graph g = import_onnx(ref.model.string());

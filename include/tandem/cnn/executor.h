@@ -29,6 +29,7 @@
 
 #include "tandem/cnn/graph.h"
 #include "tandem/cnn/region.h"
+#include "tandem/core/device.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
 
@@ -39,6 +40,18 @@ struct ExecutorOptions {
   bool use_onednn = true;  // false: the core ops::conv2d for convolutions
   bool keep_all = false;   // keep every intermediate tensor (no buffer reuse), see tensors()
   bool profile = false;    // time every node (node_times_ms())
+  // run(): keep activations in oneDNN's blocked layout (nChw16c on AVX-512) between the ops that
+  // have a blocked kernel, so blocked convolutions need no reorder in or out; bit-identical to
+  // the NCHW path (false). Needs use_onednn; TANDEM_CNN_BLOCKED=0 turns it off too.
+  bool blocked = true;
+  // oneDNN's Winograd for 3x3 stride-1 convolutions (about 30% off ResNet-50 on one AVX-512
+  // core). Off by default: a Winograd output depends on its place in the transform's tile grid,
+  // so tiles (run_region) match the whole-image run only to rounding (~1e-6), not bit for bit.
+  // TANDEM_CNN_WINOGRAD=1 turns it on too.
+  bool winograd = false;
+  // Device::cuda(i): the whole graph runs there through the CUDA module's cuDNN/cuBLAS runner
+  // (device_runner.h); run() only (no run_region, keep_all or profile), outputs on the CPU.
+  Device device = Device::cpu();
 };
 
 // A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor

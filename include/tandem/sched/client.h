@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// WorkerClient: the coordinator's connection to one worker (worker.h), for one pipeline stage.
+//
+// Each call sends one request with a fresh sequence number and waits for the answer with that
+// number (anything else, e.g. a late answer from before a reset, is dropped). While it waits it
+// pings every heartbeat_interval_s; when nothing at all has come back for heartbeat_timeout_s it
+// throws WorkerLost, so a killed or stopped (SIGSTOP) worker is detected within about
+// heartbeat_timeout_s + heartbeat_interval_s. ZeroMQ queues and silently drops what a dead peer
+// had in flight; these acknowledgements and timeouts are what make loss visible. Each ping names
+// the request awaited; a worker that never received it says so in its pong, and the request is
+// sent again (at most max_resends times: it cannot have been applied twice).
+//
+//   WorkerClient c("tcp://127.0.0.1:5555", key);
+//   c.hello();                                   // WorkerLost when it never answers (wrong key)
+//   c.configure(0, {{"kind", "sched.mlp"}, ...}, EmulatedDevice{});
+//   Packet out = c.process(0, std::move(in));
+//
+// Thread-safety: one thread per client (it owns a zmq socket).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tandem/export.h"
+#include "tandem/sched/emulation.h"
+#include "tandem/sched/transport.h"
+#include "tandem/sched/wire.h"
+
+namespace tandem::sched {
+
+// The worker died, stalled or never answered (bad address, wrong key).
+class TANDEM_API WorkerLost : public TransportError {
+  using TransportError::TransportError;
+};
+// The worker answered kError (its stage failed, or it rejected our message).
+class TANDEM_API RemoteError : public Error {
+  using Error::Error;
+};
+
+struct ClientOptions {
+  double heartbeat_interval_s = 0.1;
+  double heartbeat_timeout_s = 1.0;
+  double connect_timeout_s = 5.0;  // for hello(): handshake + first answer
+  bool checksum = true;
+  int max_resends = 3;  // re-sends of a request the worker reports it never received
+  WireLimits limits;
+};
+
+class TANDEM_API WorkerClient {
+ public:
+  WorkerClient(std::string endpoint, const std::optional<ClusterKey>& key,
+               ClientOptions options = {});
+  const std::string& endpoint() const { return endpoint_; }
+
+  nlohmann::json hello();  // the worker's info {"pid", "threads", "kinds", "protocol"}
+  // Builds stage `stage_id` on the worker (replacing one with the same id, dropping its state).
+  void configure(uint32_t stage_id, const nlohmann::json& stage, const EmulatedDevice& device);
+  Packet process(uint32_t stage_id, const Packet& in, double* compute_s = nullptr);
+  // Stage stage_id drops its state for request_id (Stage::reset).
+  void reset(uint32_t stage_id, uint64_t request_id);
+  void shutdown();  // best effort: asks the worker to exit
+
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  Message call(Message m, double first_answer_timeout_s);
+  void send_or_lost(std::shared_ptr<const std::string> frame, MsgType what, uint64_t seq);
+  bool ever_heard_ = false;
+  std::string endpoint_;
+  ClientOptions options_;
+  ZmqSocket sock_;
+  uint64_t next_seq_ = 1;
+  uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+};
+
+}  // namespace tandem::sched

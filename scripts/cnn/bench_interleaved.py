@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Interleaved tandem vs ONNX Runtime latency on a shared machine; writes one JSON object.
+
+On a machine shared with other jobs the load changes within seconds, so one block of tandem runs
+followed by one block of ORT runs compares two different machines. This script alternates short
+blocks instead: per round, per model and thread count, `tandem bench-cnn --no-ort -o json` and
+`bench_ort.py` (the order flips every round), each with `-r` timed runs after a warm-up, and pools
+the samples of all rounds. It reports p50 and min per side, their ratios (ORT / tandem: > 1 means
+tandem is faster) and the load average before and after.
+
+Each --variant NAME=ENV runs tandem with extra environment variables (e.g.
+`winograd=TANDEM_CNN_WINOGRAD=1`); the default variant is tandem as built.
+
+Usage: bench_interleaved.py --tandem build/bin/tandem --models-dir build/cnn_models
+           [-m resnet50,mobilenet_v2] [-t 1,2] [--rounds 5] [-r 5] [--variant NAME=K=V,...]
+Needs: pip install onnxruntime numpy (for bench_ort.py)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def summary(samples):
+    return {"p50": statistics.median(samples), "min": min(samples), "n": len(samples)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", default="build/bin/tandem")
+    ap.add_argument("--models-dir", default="build/cnn_models")
+    ap.add_argument("-m", "--models", default="resnet50,mobilenet_v2")
+    ap.add_argument("-t", "--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("-r", "--repetitions", type=int, default=5)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=VAR=VALUE[,VAR=VALUE]: tandem with these environment variables")
+    a = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    base_env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    variants = [("default", {})]
+    for v in a.variant:
+        name, _, rest = v.partition("=")
+        extra = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+        variants.append((name, extra))
+    models = a.models.split(",")
+    threads = [int(t) for t in a.threads.split(",")]
+    samples = {}  # (model, threads, side) -> list
+    ort_version = None
+    load_before = os.getloadavg()
+    for rnd in range(a.rounds):
+        for model in models:
+            path = os.path.join(a.models_dir, model + ".onnx")
+            for t in threads:
+                sides = [("ort", None)] + [(name, env) for name, env in variants]
+                if rnd % 2:
+                    sides.reverse()
+                for side, extra in sides:
+                    if side == "ort":
+                        j = run_json([sys.executable, os.path.join(here, "bench_ort.py"),
+                                      "--model", path, "--threads", str(t), "-r",
+                                      str(a.repetitions), "--warmup", "1", "--no-spin"],
+                                     base_env)
+                        if "error" in j:
+                            sys.exit(j["error"])
+                        ort_version = j["onnxruntime"]
+                        got = j["results"][0]["samples_ms"]
+                    else:
+                        j = run_json([a.tandem, "bench-cnn", "-m", path, "-t", str(t), "-r",
+                                      str(a.repetitions), "--warmup", "1", "--no-ort", "-o",
+                                      "json"], dict(base_env, **extra))
+                        got = j["results"][0]["samples_ms"]
+                    samples.setdefault((model, t, side), []).extend(got)
+                    print(f"round {rnd + 1}/{a.rounds} {model} t={t} {side}: "
+                          f"p50 {statistics.median(got):.1f} ms", file=sys.stderr)
+    out = {"onnxruntime": ort_version, "rounds": a.rounds, "repetitions": a.repetitions,
+           "load_average_before": load_before, "load_average_after": os.getloadavg(),
+           "variants": {name: env for name, env in variants}, "results": []}
+    for model in models:
+        for t in threads:
+            o = summary(samples[(model, t, "ort")])
+            rec = {"model": model, "threads": t, "onnxruntime_ms": o}
+            for name, _ in variants:
+                s = summary(samples[(model, t, name)])
+                rec[name] = {"tandem_ms": s, "ratio_ort_over_tandem_p50": o["p50"] / s["p50"],
+                             "ratio_ort_over_tandem_min": o["min"] / s["min"]}
+            out["results"].append(rec)
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

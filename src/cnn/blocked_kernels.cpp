@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine's kernels on the blocked layout nChwBc (see blocked.h). Every channel lane repeats
+// the NCHW kernel's arithmetic in the same order (kernels.cpp), so results are bit-identical;
+// the lanes past the channel count stay zero.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cnn/blocked.h"
+
+namespace tandem::cnn::kernels {
+
+namespace {
+
+int team(int threads, int64_t elems) {
+  return elems < (int64_t{1} << 15) ? 1 : std::max(threads, 1);
+}
+
+// Zeroes the lanes past the channel count in the last block of every image (after an operation
+// that maps 0 to something else, such as a sigmoid).
+void zero_tail(float* y, const BDims& d) {
+  const int64_t used = d.c - (d.blocks() - 1) * d.b;
+  if (used == d.b) return;
+  const int64_t plane = d.h * d.w;
+  for (int64_t n = 0; n < d.n; ++n) {
+    float* p = y + ((n * d.blocks() + d.blocks() - 1) * plane) * d.b;
+    for (int64_t i = 0; i < plane; ++i) std::fill(p + i * d.b + used, p + (i + 1) * d.b, 0.0f);
+  }
+}
+
+}  // namespace
+
+void to_blocked(const float* x, const BDims& d, float* y, int threads) {
+  const int64_t plane = d.h * d.w, nb = d.blocks();
+#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
+  for (int64_t p = 0; p < d.n * nb; ++p) {
+    const int64_t n = p / nb, cb = p % nb;
+    float* yo = y + p * plane * d.b;
+    const int64_t lanes = std::min<int64_t>(d.b, d.c - cb * d.b);
+    for (int64_t l = 0; l < d.b; ++l) {
+      if (l >= lanes) {
+        for (int64_t i = 0; i < plane; ++i) yo[i * d.b + l] = 0.0f;
+        continue;
+      }
+      const float* xi = x + (n * d.c + cb * d.b + l) * plane;
+      for (int64_t i = 0; i < plane; ++i) yo[i * d.b + l] = xi[i];
+    }
+  }
+}
+
+void to_plain(const float* x, const BDims& d, float* y, int threads) {
+  const int64_t plane = d.h * d.w, nb = d.blocks();
+#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
+  for (int64_t p = 0; p < d.n * d.c; ++p) {
+    const int64_t n = p / d.c, c = p % d.c;
+    const float* xi = x + ((n * nb + c / d.b) * plane) * d.b + c % d.b;
+    float* yo = y + p * plane;
+    for (int64_t i = 0; i < plane; ++i) yo[i] = xi[i * d.b];
+  }
+}
+
+void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, const BDims& yd,
+                  int threads) {
+  const Window& w = n.window;
+  const bool is_max = n.op == OpKind::kMaxPool;
+  const int64_t B = xd.b, H = xd.h, W = xd.w, nb = xd.blocks();
+  const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+#pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)
+  for (int64_t p = 0; p < xd.n * nb * yd.h; ++p) {
+    const int64_t oy = p % yd.h, plane = p / yd.h;
+    const float* xp = x + plane * H * W * B;
+    float* yr = y + (plane * yd.h + oy) * yd.w * B;
+    float acc[16];
+    for (int64_t ox = 0; ox < yd.w; ++ox) {
+      std::fill(acc, acc + B, init);
+      int32_t cnt = 0;
+      for (int ky = 0; ky < w.kh; ++ky) {
+        const int64_t iy = oy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
+        const bool real_row = iy >= 0 && iy < H;
+        if (!real_row) {
+          if (!is_max && w.count_include_pad && iy >= -w.pt && iy < H + w.pb)
+            for (int kx = 0; kx < w.kw; ++kx) {
+              const int64_t ix = ox * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
+              cnt += ix >= -w.pl && ix < W + w.pr;
+            }
+          continue;
+        }
+        for (int kx = 0; kx < w.kw; ++kx) {
+          const int64_t ix = ox * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
+          const bool real = ix >= 0 && ix < W;
+          if (real) {
+            const float* s = xp + (iy * W + ix) * B;
+            if (is_max) {
+              for (int64_t l = 0; l < B; ++l) acc[l] = std::max(acc[l], s[l]);
+            } else {
+              for (int64_t l = 0; l < B; ++l) acc[l] += s[l];
+            }
+          }
+          if (!is_max) cnt += w.count_include_pad ? (ix >= -w.pl && ix < W + w.pr) : real;
+        }
+      }
+      float* o = yr + ox * B;
+      if (is_max) {
+        std::memcpy(o, acc, static_cast<size_t>(B) * sizeof(float));
+      } else {
+        for (int64_t l = 0; l < B; ++l) o[l] = cnt > 0 ? acc[l] / static_cast<float>(cnt) : 0.0f;
+      }
+    }
+  }
+  if (is_max) zero_tail(y, yd);  // the padded lanes' max over zeros is 0, unless all taps padded
+}
+
+void global_average_pool_blocked(const float* x, const BDims& d, float* y, int threads) {
+  const int64_t B = d.b, plane = d.h * d.w, nb = d.blocks();
+  const float inv = 1.0f / static_cast<float>(plane);
+#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
+  for (int64_t p = 0; p < d.n * nb; ++p) {
+    const int64_t n = p / nb, cb = p % nb;
+    float acc[16];
+    std::fill(acc, acc + B, 0.0f);
+    const float* xp = x + p * plane * B;
+    for (int64_t i = 0; i < plane; ++i)
+      for (int64_t l = 0; l < B; ++l) acc[l] += xp[i * B + l];
+    for (int64_t l = 0; l < B && cb * B + l < d.c; ++l) y[n * d.c + cb * B + l] = acc[l] * inv;
+  }
+}
+
+void binary_blocked(const Node& n, const float* a, const float* b, const BDims& d, float* y,
+                    int threads) {
+  const bool add = n.op == OpKind::kAdd;
+  const int64_t B = d.b, plane = d.h * d.w, nb = d.blocks();
+  const float* cp = b ? nullptr : n.weight.data<float>();
+  const int64_t ce = b ? 0 : n.weight.numel();
+#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
+  for (int64_t p = 0; p < d.n * nb; ++p) {
+    const int64_t cb = p % nb;
+    const float* ap = a + p * plane * B;
+    float* yp = y + p * plane * B;
+    if (b) {
+      const float* bp = b + p * plane * B;
+      for (int64_t i = 0; i < plane * B; ++i) yp[i] = add ? ap[i] + bp[i] : ap[i] * bp[i];
+      continue;
+    }
+    float bv[16];
+    for (int64_t l = 0; l < B; ++l) {
+      const int64_t c = cb * B + l;
+      bv[l] = c < d.c ? cp[ce == 1 ? 0 : c] : 0.0f;
+    }
+    for (int64_t i = 0; i < plane; ++i)
+      for (int64_t l = 0; l < B; ++l)
+        yp[i * B + l] = add ? ap[i * B + l] + bv[l] : ap[i * B + l] * bv[l];
+  }
+  if (!b) zero_tail(y, d);
+}
+
+void activation_blocked(const Activation& act, const float* x, const BDims& d, float* y,
+                        int threads) {
+  const int64_t e = d.elems(), chunk = 16384;
+#pragma omp parallel for num_threads(team(threads, e)) schedule(static)
+  for (int64_t i = 0; i < e; i += chunk) {
+    const int64_t m = std::min(chunk, e - i);
+    const float* xs = x + i;
+    float* ys = y + i;
+    switch (act.kind) {
+      case ActKind::kNone:
+        if (xs != ys) std::memcpy(ys, xs, static_cast<size_t>(m) * sizeof(float));
+        break;
+      case ActKind::kRelu:
+        for (int64_t k = 0; k < m; ++k) ys[k] = xs[k] > 0.0f ? xs[k] : 0.0f;
+        break;
+      case ActKind::kLeakyRelu:
+        for (int64_t k = 0; k < m; ++k) ys[k] = xs[k] > 0.0f ? xs[k] : xs[k] * act.alpha;
+        break;
+      case ActKind::kClip:
+        for (int64_t k = 0; k < m; ++k) ys[k] = std::min(std::max(xs[k], act.alpha), act.beta);
+        break;
+      case ActKind::kSigmoid:
+        for (int64_t k = 0; k < m; ++k) ys[k] = 1.0f / (1.0f + std::exp(-xs[k]));
+        break;
+      case ActKind::kSilu:
+        for (int64_t k = 0; k < m; ++k) ys[k] = xs[k] / (1.0f + std::exp(-xs[k]));
+        break;
+    }
+  }
+  zero_tail(y, d);
+}
+
+void affine_blocked(const Node& n, const float* x, const BDims& d, float* y, int threads) {
+  const float* s = n.weight.data<float>();
+  const float* sh = n.bias.defined() ? n.bias.data<float>() : nullptr;
+  const int64_t B = d.b, plane = d.h * d.w, nb = d.blocks();
+#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
+  for (int64_t p = 0; p < d.n * nb; ++p) {
+    const int64_t cb = p % nb;
+    float sv[16], hv[16];
+    for (int64_t l = 0; l < B; ++l) {
+      const int64_t c = cb * B + l;
+      sv[l] = c < d.c ? s[c] : 0.0f;
+      hv[l] = c < d.c && sh ? sh[c] : 0.0f;
+    }
+    const float* xp = x + p * plane * B;
+    float* yp = y + p * plane * B;
+    for (int64_t i = 0; i < plane; ++i)
+      for (int64_t l = 0; l < B; ++l) yp[i * B + l] = xp[i * B + l] * sv[l] + hv[l];
+  }
+}
+
+void resize_blocked(const Node& n, const float* x, const BDims& xd, float* y, const BDims& yd,
+                    int threads) {
+  const int64_t B = xd.b, nb = xd.blocks();
+#pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)
+  for (int64_t p = 0; p < xd.n * nb * yd.h; ++p) {
+    const int64_t oy = p % yd.h, plane = p / yd.h;
+    const float* xr = x + (plane * xd.h + oy / n.scale_h) * xd.w * B;
+    float* yr = y + (plane * yd.h + oy) * yd.w * B;
+    for (int64_t ox = 0; ox < yd.w; ++ox)
+      std::memcpy(yr + ox * B, xr + (ox / n.scale_w) * B, static_cast<size_t>(B) * sizeof(float));
+  }
+}
+
+void concat_blocked(const std::vector<const float*>& xs, const std::vector<BDims>& xds, float* y,
+                    const BDims& yd, int threads) {
+  const int64_t block_elems = yd.h * yd.w * yd.b;
+  int64_t b0 = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const int64_t nb = xds[i].blocks();
+#pragma omp parallel for num_threads(team(threads, xds[i].elems())) schedule(static)
+    for (int64_t p = 0; p < yd.n * nb; ++p) {
+      const int64_t n = p / nb, cb = p % nb;
+      std::memcpy(y + (n * yd.blocks() + b0 + cb) * block_elems, xs[i] + p * block_elems,
+                  static_cast<size_t>(block_elems) * sizeof(float));
+    }
+    b0 += nb;
+  }
+}
+
+void split_blocked(const float* x, const BDims& xd, const std::vector<float*>& ys,
+                   const std::vector<BDims>& yds, int threads) {
+  const int64_t block_elems = xd.h * xd.w * xd.b;
+  int64_t b0 = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const int64_t nb = yds[i].blocks();
+#pragma omp parallel for num_threads(team(threads, yds[i].elems())) schedule(static)
+    for (int64_t p = 0; p < xd.n * nb; ++p) {
+      const int64_t n = p / nb, cb = p % nb;
+      std::memcpy(ys[i] + p * block_elems, x + (n * xd.blocks() + b0 + cb) * block_elems,
+                  static_cast<size_t>(block_elems) * sizeof(float));
+    }
+    b0 += nb;
+  }
+}
+
+}  // namespace tandem::cnn::kernels

@@ -1,0 +1,467 @@
+// SPDX-License-Identifier: Apache-2.0
+// The pipeline executor (pipeline.h): stage and link threads over bounded queues, generations
+// separated by failures and re-plans.
+#include "tandem/sched/pipeline.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "tandem/core/log.h"
+#include "tandem/sched/queue.h"
+#include "tandem/sched/worker.h"
+
+namespace tandem::sched {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t packet_bytes(const Packet& p) {
+  uint64_t b = 0;
+  for (const auto& t : p.tensors) b += t.defined() ? static_cast<uint64_t>(t.nbytes()) : 0;
+  return b;
+}
+
+bool is_local(const std::string& endpoint) { return endpoint.empty() || endpoint == "local"; }
+
+// Why a generation stopped.
+struct Failure {
+  bool worker_lost = false;  // re-plan and retry
+  std::string device;        // the lost device
+  std::exception_ptr fatal;  // anything else: rethrown
+  std::string what;
+};
+
+}  // namespace
+
+double Timeline::busy_s() const {
+  double s = 0;
+  for (const auto& i : intervals) s += i.compute_s;
+  return s;
+}
+
+std::vector<std::string> default_replan(const std::vector<std::string>& stage_devices,
+                                        const std::vector<std::string>& failed,
+                                        const std::vector<std::string>& alive) {
+  if (alive.empty()) throw Infeasible("re-plan: no device is left alive");
+  std::map<std::string, int> load;
+  for (const auto& d : alive) load[d] = 0;
+  for (const auto& d : stage_devices)
+    if (load.count(d)) ++load[d];
+  std::vector<std::string> out = stage_devices;
+  for (auto& d : out) {
+    if (std::find(failed.begin(), failed.end(), d) == failed.end() && load.count(d)) continue;
+    auto best = std::min_element(load.begin(), load.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    d = best->first;
+    ++best->second;
+  }
+  return out;
+}
+
+struct Pipeline::Impl {
+  PipelinePlan plan;
+  ClusterSpec cluster;
+  std::map<std::string, std::string> workers;
+  PipelineOptions opt;
+  std::vector<std::string> devices;  // current device of each stage
+  std::set<std::string> failed;
+
+  struct LocalWorker {
+    std::unique_ptr<Worker> worker;
+    std::thread thread;
+  };
+  std::map<std::string, LocalWorker> local_workers;
+  std::map<std::string, std::unique_ptr<EmulatedLink>> links;  // "a->b"
+  std::map<std::string, Timeline> timelines;
+  std::mutex timeline_mutex;
+
+  ~Impl() {
+    for (auto& [d, lw] : local_workers) lw.worker->stop();
+    for (auto& [d, lw] : local_workers)
+      if (lw.thread.joinable()) lw.thread.join();
+  }
+
+  std::string endpoint_of(const std::string& device) {
+    auto it = workers.find(device);
+    if (it != workers.end() && !is_local(it->second)) return it->second;
+    if (opt.direct_local) return "";
+    auto& lw = local_workers[device];
+    if (!lw.worker) {
+      WorkerOptions wo;
+      static std::atomic<uint64_t> counter{0};
+      wo.listen = "inproc://tandem.local." + std::to_string(counter++) + "." + device;
+      lw.worker = std::make_unique<Worker>(wo);
+      lw.thread = std::thread([w = lw.worker.get()] {
+        try {
+          w->run();
+        } catch (const std::exception& e) {
+          log().error("pipeline: local worker stopped: {}", e.what());
+        }
+      });
+    }
+    return lw.worker->endpoint();
+  }
+
+  EmulatedDevice emulation_of(const std::string& device, bool in_process) const {
+    EmulatedDevice e;
+    if (opt.emulate_devices && cluster.has_device(device))
+      e = EmulatedDevice::from_profile(cluster.device(device));
+    // cpu_num_threads() is process-wide: in-process stages share the process's setting.
+    if (in_process) e.threads = 0;
+    return e;
+  }
+
+  std::vector<std::string> alive_devices() const {
+    std::set<std::string> all;
+    for (const auto& s : plan.stages) all.insert(s.device);
+    for (const auto& [d, e] : workers) all.insert(d);
+    for (const auto& d : devices) all.insert(d);
+    std::vector<std::string> out;
+    for (const auto& d : all)
+      if (!failed.count(d)) out.push_back(d);
+    return out;
+  }
+
+  void record(const std::string& name, const Interval& iv) {
+    std::lock_guard lock(timeline_mutex);
+    timelines[name].intervals.push_back(iv);
+  }
+};
+
+Pipeline::Pipeline(PipelinePlan plan, ClusterSpec cluster,
+                   std::map<std::string, std::string> workers, PipelineOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->plan = std::move(plan);
+  impl_->cluster = std::move(cluster);
+  impl_->workers = std::move(workers);
+  impl_->opt = std::move(options);
+  if (impl_->plan.stages.empty()) throw InvalidArgument("pipeline: the plan has no stages");
+  for (const auto& s : impl_->plan.stages) impl_->devices.push_back(s.device);
+  for (const auto& [d, e] : impl_->workers)
+    if (!is_local(e) && e.rfind("tcp://", 0) != 0 && e.rfind("inproc://", 0) != 0 &&
+        e.rfind("ipc://", 0) != 0)
+      throw InvalidArgument("pipeline: worker address '" + e + "' for device '" + d +
+                            "' is neither \"local\" nor a tcp://, ipc:// or inproc:// endpoint");
+}
+
+Pipeline::~Pipeline() = default;
+
+RunReport Pipeline::run(
+    std::vector<Request> requests,
+    const std::function<void(uint64_t, const std::vector<Packet>&)>& on_result) {
+  Impl& im = *impl_;
+  const auto t0 = Clock::now();
+  auto now_s = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const double poll_s = 0.05;
+
+  std::map<uint64_t, Request> pending;
+  for (auto& r : requests) {
+    if (r.micros.empty())
+      throw InvalidArgument("pipeline: request " + std::to_string(r.id) + " has no micro-batches");
+    for (size_t m = 0; m < r.micros.size(); ++m) {
+      r.micros[m].request_id = r.id;
+      r.micros[m].micro = static_cast<int32_t>(m);
+      r.micros[m].n_micro = static_cast<int32_t>(r.micros.size());
+    }
+    if (!pending.emplace(r.id, std::move(r)).second)
+      throw InvalidArgument("pipeline: request id " + std::to_string(r.id) + " is repeated");
+  }
+  RunReport report;
+  {
+    std::lock_guard lock(im.timeline_mutex);
+    im.timelines.clear();
+  }
+  std::vector<std::string> order;  // timeline names in pipeline order (last generation)
+  bool first_generation = true;
+
+  while (!pending.empty()) {
+    if (now_s() > im.opt.run_timeout_s)
+      throw TransportError("pipeline: the run exceeded its timeout of " +
+                           std::to_string(im.opt.run_timeout_s) + " s");
+    if (!first_generation) report.requests_rerun += pending.size();
+    first_generation = false;
+
+    // Build this generation's nodes: stage, [link], stage, ...
+    const size_t n_stages = im.plan.stages.size();
+    struct Node {
+      bool is_link = false;
+      std::string name, device;
+      uint32_t stage_id = 0;
+      std::string endpoint;
+      EmulatedDevice emu;
+      std::unique_ptr<Stage> local;  // direct_local
+      EmulatedLink* link = nullptr;
+    };
+    std::vector<Node> nodes;
+    order.clear();
+    for (size_t i = 0; i < n_stages; ++i) {
+      const std::string& dev = im.devices[i];
+      if (i > 0 && im.opt.emulate_links && im.devices[i - 1] != dev &&
+          im.cluster.has_link(im.devices[i - 1], dev)) {
+        Node ln;
+        ln.is_link = true;
+        ln.name = "link " + im.devices[i - 1] + "->" + dev;
+        ln.device = dev;
+        auto& l = im.links[ln.name];
+        if (!l) {
+          LinkFaults f = im.opt.faults;
+          f.seed += im.links.size();
+          l = std::make_unique<EmulatedLink>(im.cluster.link(im.devices[i - 1], dev), f);
+        }
+        ln.link = l.get();
+        nodes.push_back(std::move(ln));
+      }
+      Node sn;
+      sn.name = "stage " + std::to_string(i);
+      sn.device = dev;
+      sn.stage_id = static_cast<uint32_t>(i);
+      sn.endpoint = im.endpoint_of(dev);
+      sn.emu = im.emulation_of(dev, sn.endpoint.empty() || sn.endpoint.rfind("inproc://", 0) == 0);
+      if (sn.endpoint.empty()) sn.local = make_stage(im.plan.stages[i].stage);
+      nodes.push_back(std::move(sn));
+    }
+    for (auto& n : nodes) {
+      order.push_back(n.name);
+      std::lock_guard lock(im.timeline_mutex);
+      auto& tl = im.timelines[n.name];
+      tl.name = n.name;
+      tl.device = n.device;
+      tl.kind = n.is_link ? "link" : "stage";
+    }
+
+    std::vector<std::unique_ptr<BoundedQueue<Packet>>> queues;
+    for (size_t i = 0; i <= nodes.size(); ++i)
+      queues.push_back(std::make_unique<BoundedQueue<Packet>>(im.opt.queue_capacity));
+    std::atomic<bool> abort{false};
+    std::mutex fail_mutex;
+    std::optional<Failure> failure;
+    auto fail = [&](Failure f) {
+      {
+        std::lock_guard lock(fail_mutex);
+        if (!failure) failure = std::move(f);
+      }
+      abort.store(true);
+      for (auto& q : queues) q->close();
+    };
+    auto push = [&](BoundedQueue<Packet>& q, Packet p) {
+      while (!abort.load())
+        if (q.push(std::move(p), poll_s))
+          return true;
+        else if (q.closed())
+          return false;
+      return false;
+    };
+
+    // Connect and configure every remote/in-process stage (fresh state for every generation).
+    std::vector<std::unique_ptr<WorkerClient>> clients(nodes.size());
+    for (size_t k = 0; k < nodes.size() && !failure; ++k) {
+      Node& n = nodes[k];
+      if (n.is_link || n.endpoint.empty()) continue;
+      const bool tcp = n.endpoint.rfind("inproc://", 0) != 0;
+      try {
+        clients[k] = std::make_unique<WorkerClient>(n.endpoint, tcp ? im.opt.key : std::nullopt,
+                                                    im.opt.client);
+        clients[k]->hello();
+        clients[k]->configure(n.stage_id, im.plan.stages[n.stage_id].stage, n.emu);
+      } catch (const WorkerLost& e) {
+        fail({true, n.device, nullptr, e.what()});
+      } catch (...) {
+        fail({false, n.device, std::current_exception(), ""});
+      }
+    }
+
+    std::vector<std::thread> threads;
+    if (!failure) {
+      for (size_t k = 0; k < nodes.size(); ++k) {
+        threads.emplace_back([&, k] {
+          Node& n = nodes[k];
+          BoundedQueue<Packet>& in = *queues[k];
+          BoundedQueue<Packet>& out = *queues[k + 1];
+          try {
+            while (!abort.load()) {
+              auto p = in.pop(poll_s);
+              if (!p) {
+                if (in.closed()) return;
+                continue;
+              }
+              Interval iv{p->request_id, p->micro, now_s(), 0, 0};
+              Packet result;
+              if (n.is_link) {
+                iv.compute_s = n.link->transmit(packet_bytes(*p)).delay_s;
+                result = std::move(*p);
+              } else if (n.local) {
+                const bool last = p->micro + 1 == p->n_micro;
+                const uint64_t rid = p->request_id;
+                result = n.emu.run(*n.local, std::move(*p), &iv.compute_s);
+                if (last && im.opt.reset_finished) n.local->reset(rid);
+              } else {
+                result = clients[k]->process(n.stage_id, *p, &iv.compute_s);
+                // The request's last micro-batch has passed this stage: free its state (KV).
+                if (p->micro + 1 == p->n_micro && im.opt.reset_finished)
+                  clients[k]->reset(n.stage_id, p->request_id);
+              }
+              iv.end_s = now_s();
+              im.record(n.name, iv);
+              if (!push(out, std::move(result))) return;
+            }
+          } catch (const WorkerLost& e) {
+            fail({true, n.device, nullptr, e.what()});
+          } catch (...) {
+            fail({false, n.device, std::current_exception(), ""});
+          }
+        });
+      }
+      // The feeder works on its own copy (tensors share their buffers): the collector below
+      // erases from `pending` while it runs.
+      std::vector<Packet> to_feed;
+      for (const auto& [id, r] : pending)
+        for (const auto& m : r.micros) to_feed.push_back(m);
+      threads.emplace_back([&, to_feed = std::move(to_feed)]() mutable {  // the feeder
+        for (auto& m : to_feed)
+          if (!push(*queues[0], std::move(m))) return;
+      });
+    }
+
+    // Collect: a request is delivered when all its micro-batches came out in this generation.
+    std::map<uint64_t, std::vector<Packet>> partial;
+    while (!abort.load() && !pending.empty()) {
+      if (now_s() > im.opt.run_timeout_s) {
+        fail({false, "",
+              std::make_exception_ptr(TransportError("pipeline: the run exceeded its timeout of " +
+                                                     std::to_string(im.opt.run_timeout_s) + " s")),
+              ""});
+        break;
+      }
+      auto p = queues.back()->pop(poll_s);
+      if (!p) continue;
+      auto it = pending.find(p->request_id);
+      if (it == pending.end()) continue;  // cannot happen within one generation; be safe
+      auto& got = partial[p->request_id];
+      got.push_back(std::move(*p));
+      if (got.size() == it->second.micros.size()) {
+        std::sort(got.begin(), got.end(),
+                  [](const Packet& a, const Packet& b) { return a.micro < b.micro; });
+        if (on_result) on_result(it->first, got);
+        report.outputs[it->first] = std::move(got);
+        partial.erase(it->first);
+        pending.erase(it);
+      }
+    }
+    abort.store(true);
+    for (auto& q : queues) q->close();
+    for (auto& t : threads) t.join();
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      std::lock_guard lock(im.timeline_mutex);
+      auto& tl = im.timelines[nodes[k].name];
+      tl.queue_max_depth = std::max(tl.queue_max_depth, queues[k]->max_depth());
+      tl.queue_blocked_pushes += queues[k]->blocked_pushes();
+    }
+    if (!failure) break;
+    if (failure->fatal) std::rethrow_exception(failure->fatal);
+    if (pending.empty()) break;  // the failure came after the last answer
+    // A worker was lost: re-plan over the survivors and re-run what had not completed.
+    im.failed.insert(failure->device);
+    const std::string event = "t=" + std::to_string(now_s()) + " s: lost device '" +
+                              failure->device + "': " + failure->what;
+    log().warn("pipeline: {}", event);
+    report.events.push_back(event);
+    if (report.replans >= im.opt.max_replans)
+      throw Infeasible("pipeline: gave up after " + std::to_string(report.replans) +
+                       " re-plans; last failure: " + failure->what);
+    const std::vector<std::string> failed(im.failed.begin(), im.failed.end());
+    const std::vector<std::string> alive = im.alive_devices();
+    auto next = (im.opt.replan ? im.opt.replan : default_replan)(im.devices, failed, alive);
+    if (next.size() != im.devices.size())
+      throw InvalidArgument("pipeline: the re-plan callback returned " +
+                            std::to_string(next.size()) + " devices for " +
+                            std::to_string(im.devices.size()) + " stages");
+    for (const auto& d : next)
+      if (im.failed.count(d))
+        throw Infeasible("pipeline: the re-plan kept failed device '" + d + "'");
+    std::string moved;
+    for (size_t i = 0; i < next.size(); ++i)
+      if (next[i] != im.devices[i])
+        moved += " stage " + std::to_string(i) + ": " + im.devices[i] + " -> " + next[i] + ";";
+    im.devices = next;
+    ++report.replans;
+    report.events.push_back("t=" + std::to_string(now_s()) + " s: re-plan" + moved +
+                            " re-running " + std::to_string(pending.size()) + " requests");
+  }
+
+  report.makespan_s = now_s();
+  report.final_devices = im.devices;
+  std::lock_guard lock(im.timeline_mutex);
+  for (const auto& name : order) {
+    report.timelines.push_back(im.timelines[name]);
+    if (report.timelines.back().kind == "link")
+      report.link_counters.push_back(im.links[name]->counters());
+  }
+  return report;
+}
+
+nlohmann::json RunReport::to_json() const {
+  nlohmann::json j;
+  j["makespan_s"] = makespan_s;
+  j["replans"] = replans;
+  j["requests"] = outputs.size();
+  j["requests_rerun"] = requests_rerun;
+  j["events"] = events;
+  j["final_devices"] = final_devices;
+  j["timelines"] = nlohmann::json::array();
+  size_t li = 0;
+  for (const auto& t : timelines) {
+    double first = 0, last = 0;
+    if (!t.intervals.empty()) {
+      first = t.intervals.front().start_s;
+      last = t.intervals.front().end_s;
+      for (const auto& i : t.intervals) {
+        first = std::min(first, i.start_s);
+        last = std::max(last, i.end_s);
+      }
+    }
+    const double busy = t.busy_s();
+    nlohmann::json e = {{"name", t.name},
+                        {"device", t.device},
+                        {"kind", t.kind},
+                        {"packets", t.intervals.size()},
+                        {"busy_s", busy},
+                        {"utilisation", makespan_s > 0 ? busy / makespan_s : 0.0},
+                        {"bubble_s", std::max(0.0, makespan_s - busy)},
+                        {"active_span_s", last - first},
+                        {"queue_max_depth", t.queue_max_depth},
+                        {"queue_blocked_pushes", t.queue_blocked_pushes}};
+    if (t.kind == "link" && li < link_counters.size()) {
+      const auto& c = link_counters[li++];
+      e["link"] = {
+          {"messages", c.messages}, {"bytes", c.bytes}, {"drops", c.drops}, {"delay_s", c.delay_s}};
+    }
+    j["timelines"].push_back(e);
+  }
+  return j;
+}
+
+std::map<uint64_t, std::vector<Packet>> run_sequential(const PipelinePlan& plan,
+                                                       std::vector<Request> requests) {
+  std::vector<std::unique_ptr<Stage>> stages;
+  for (const auto& s : plan.stages) stages.push_back(make_stage(s.stage));
+  std::map<uint64_t, std::vector<Packet>> out;
+  for (auto& r : requests) {
+    auto& o = out[r.id];
+    for (size_t m = 0; m < r.micros.size(); ++m) {
+      Packet p = std::move(r.micros[m]);
+      p.request_id = r.id;
+      p.micro = static_cast<int32_t>(m);
+      p.n_micro = static_cast<int32_t>(r.micros.size());
+      for (auto& st : stages) p = st->process(std::move(p));
+      o.push_back(std::move(p));
+    }
+    for (auto& st : stages) st->reset(r.id);
+  }
+  return out;
+}
+
+}  // namespace tandem::sched

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multi-process runs: `tandem worker` processes on loopback with a cluster key; a killed and a
+// stopped worker mid-run (every answer exactly once, equal to the fault-free run); a worker with
+// another key refused and the refusal logged.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "sched_test_util.h"
+#include "tandem/sched/client.h"
+
+extern char** environ;
+
+namespace tandem::sched {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_bit_equal;
+using test::mlp_plan;
+using test::mlp_requests;
+
+// One `tandem worker` child process; ended by pid (SIGKILL) on destruction.
+class ChildWorker {
+ public:
+  ChildWorker(const fs::path& dir, const std::string& name, const std::string& key_path) {
+    ep_file_ = (dir / (name + ".ep")).string();
+    log_file_ = (dir / (name + ".log")).string();
+    std::vector<std::string> args = {
+        TANDEM_CLI_PATH, "worker",          "--listen", "tcp://127.0.0.1:0", "--key",
+        key_path,        "--endpoint-file", ep_file_,   "--threads",         "1"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int rc = posix_spawn(&pid_, TANDEM_CLI_PATH, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw IoError("cannot spawn " + std::string(TANDEM_CLI_PATH));
+  }
+  ~ChildWorker() { kill_now(); }
+
+  // The bound endpoint, waiting up to 10 s for the worker to write it.
+  std::string endpoint() {
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in(ep_file_);
+      std::string ep;
+      if (in && std::getline(in, ep) && !ep.empty()) return ep;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        throw IoError("worker exited early; log: " + log());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw IoError("worker did not write " + ep_file_ + " within 10 s");
+  }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGCONT);
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  std::string log() const {
+    std::ifstream in(log_file_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string ep_file_, log_file_;
+};
+
+class SchedDist : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
+    if (!fs::exists(TANDEM_CLI_PATH)) GTEST_SKIP() << "no tandem binary at " << TANDEM_CLI_PATH;
+    dir_ = fs::temp_directory_path() /
+           ("tandem_sched_dist_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    key_path_ = (dir_ / "cluster.key").string();
+    key_ = ClusterKey::generate();
+    key_.save(key_path_);
+  }
+  void TearDown() override {
+    workers_.clear();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::map<std::string, std::string> start_workers(int n) {
+    std::map<std::string, std::string> map;
+    for (int i = 0; i < n; ++i)
+      workers_.push_back(std::make_unique<ChildWorker>(dir_, "w" + std::to_string(i), key_path_));
+    for (int i = 0; i < n; ++i) map["dev" + std::to_string(i)] = workers_[i]->endpoint();
+    return map;
+  }
+  PipelineOptions options() const {
+    PipelineOptions o;
+    o.key = key_;
+    o.client.heartbeat_interval_s = 0.05;
+    o.client.heartbeat_timeout_s = 1.0;  // generous: CI runs these under sanitizers on busy cores
+    o.client.connect_timeout_s = 5.0;
+    o.run_timeout_s = 60;
+    return o;
+  }
+
+  fs::path dir_;
+  std::string key_path_;
+  ClusterKey key_;
+  std::vector<std::unique_ptr<ChildWorker>> workers_;
+};
+
+TEST_F(SchedDist, ThreeWorkerProcessesOnLoopbackEqualSequential) {
+  auto map = start_workers(3);
+  const auto plan = mlp_plan({"dev0", "dev1", "dev2"}, 6, 64);
+  Pipeline pipe(plan, ClusterSpec{}, map, options());
+  RunReport r = pipe.run(mlp_requests(4, {6, 2, 8}, 64));
+  expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(4, {6, 2, 8}, 64)));
+  EXPECT_EQ(r.replans, 0);
+  for (const auto& t : r.timelines) EXPECT_EQ(t.intervals.size(), 12u);
+}
+
+// Kills (SIGKILL) or stops (SIGSTOP) worker 1 once the first answer is back; the run re-plans onto
+// the two survivors and re-runs what was in flight.
+void run_with_fault(SchedDist* self, std::map<std::string, std::string> map, ChildWorker& victim,
+                    int sig, const PipelineOptions& o) {
+  const auto plan = mlp_plan({"dev0", "dev1", "dev2"}, 6, 96);
+  const std::vector<int64_t> slices = {16, 16, 16, 16};
+  // The slow middle device keeps packets in flight when the fault hits.
+  ClusterSpec c;
+  for (int i = 0; i < 3; ++i) {
+    DeviceProfile d;
+    d.name = "dev" + std::to_string(i);
+    d.peak_flops = 1e10;
+    d.mem_bandwidth_bytes_per_s = 1e10;
+    d.mem_bytes = 1e9;
+    d.threads = 1;
+    d.speed_factor = i == 1 ? 0.05 : 1.0;
+    c.devices.push_back(d);
+  }
+  Pipeline pipe(plan, c, map, o);
+  std::map<uint64_t, int> delivered;
+  bool faulted = false;
+  RunReport r = pipe.run(mlp_requests(8, slices, 96), [&](uint64_t id, const std::vector<Packet>&) {
+    ++delivered[id];
+    if (!faulted) {
+      victim.signal(sig);
+      faulted = true;
+    }
+  });
+  ASSERT_TRUE(faulted);
+  EXPECT_EQ(r.replans, 1);
+  EXPECT_GT(r.requests_rerun, 0u);
+  ASSERT_EQ(delivered.size(), 8u);
+  for (const auto& [id, n] : delivered) EXPECT_EQ(n, 1) << "request " << id;
+  EXPECT_EQ(std::count(r.final_devices.begin(), r.final_devices.end(), "dev1"), 0);
+  expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(8, slices, 96)));
+  ASSERT_FALSE(r.events.empty());
+  EXPECT_NE(r.events[0].find("lost device 'dev1'"), std::string::npos) << r.events[0];
+}
+
+TEST_F(SchedDist, KilledWorkerMidRunEveryAnswerOnceAndUnchanged) {
+  auto map = start_workers(3);
+  run_with_fault(this, map, *workers_[1], SIGKILL, options());
+}
+
+TEST_F(SchedDist, StalledWorkerIsDetectedByHeartbeat) {
+  auto map = start_workers(3);
+  run_with_fault(this, map, *workers_[1], SIGSTOP, options());
+}
+
+TEST_F(SchedDist, WorkerWithAnotherKeyIsRefusedAndLogsIt) {
+  auto map = start_workers(1);
+  ClientOptions co;
+  co.heartbeat_interval_s = 0.05;
+  co.heartbeat_timeout_s = 0.5;
+  co.connect_timeout_s = 1.0;
+  WorkerClient intruder(map["dev0"], ClusterKey::generate(), co);
+  EXPECT_THROW(intruder.hello(), WorkerLost);
+  WorkerClient member(map["dev0"], key_, co);
+  EXPECT_NO_THROW(member.hello());
+  std::string log;
+  for (int i = 0; i < 100; ++i) {
+    log = workers_[0]->log();
+    if (log.find("refused") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(log.find("refused a peer"), std::string::npos) << log;
+  // A pipeline whose only worker refuses it fails cleanly instead of hanging.
+  PipelineOptions o = options();
+  o.key = ClusterKey::generate();
+  o.client.connect_timeout_s = 1.0;
+  o.max_replans = 0;
+  Pipeline pipe(mlp_plan({"dev0"}, 1, 8), ClusterSpec{}, map, o);
+  EXPECT_THROW(pipe.run(mlp_requests(1, {2}, 8)), Error);
+}
+
+TEST_F(SchedDist, PipelineRunCommandVerifiesAndWritesJson) {
+  auto map = start_workers(1);
+  const std::string json = (dir_ / "run.json").string();
+  const std::string cmd = std::string(TANDEM_CLI_PATH) + " pipeline run --plan " +
+                          TANDEM_SOURCE_DIR + "/bench/sched/mlp3.plan.json --cluster " +
+                          TANDEM_SOURCE_DIR + "/configs/clusters/hetero3.json --requests 2 --key " +
+                          key_path_ + " --workers slow=" + map["dev0"] + " --verify --json " +
+                          json + " > " + (dir_ / "run.out").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["verify"]["bit_exact"], 8);
+  EXPECT_EQ(j["verify"]["outputs"], 8);
+  EXPECT_EQ(j["timelines"].size(), 5u);  // three stages and the two links between them
+  EXPECT_EQ(j["timelines"][1]["kind"], "link");
+  EXPECT_EQ(j["timelines"][1]["link"]["messages"], 8);
+  EXPECT_GT(j["measured"]["latency_s"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace tandem::sched

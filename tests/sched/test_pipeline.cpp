@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// The in-process pipeline: plans, sched.mlp, bit-exactness against a sequential run, queues,
+// emulated devices and links.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "sched_test_util.h"
+#include "tandem/sched/queue.h"
+
+namespace tandem::sched {
+namespace {
+
+using test::expect_bit_equal;
+using test::mlp_plan;
+using test::mlp_requests;
+
+ClusterSpec two_linked(double latency_s, double bw, double speed1 = 1.0) {
+  ClusterSpec c;
+  DeviceProfile a;
+  a.name = "a";
+  a.peak_flops = 1e10;
+  a.mem_bandwidth_bytes_per_s = 1e10;
+  a.mem_bytes = 1e9;
+  DeviceProfile b = a;
+  b.name = "b";
+  b.speed_factor = speed1;
+  c.devices = {a, b};
+  LinkProfile l;
+  l.from = "a";
+  l.to = "b";
+  l.bandwidth_bytes_per_s = bw;
+  l.latency_s = latency_s;
+  c.links = {l};
+  return c;
+}
+
+TEST(SchedPlan, ParsesTheContractAndRejectsBadPlans) {
+  nlohmann::json j = {{"version", 1},
+                      {"system", "hpipe"},
+                      {"cluster", "c.json"},
+                      {"prompt_len", 8},
+                      {"micro_batches", 1},
+                      {"slices", {3, 5}},
+                      {"stages", {{{"device", "d0"}, {"stage", {{"kind", "sched.identity"}}}}}},
+                      {"predicted", {{"latency_s", 0.5}}},
+                      {"note", "kept"}};
+  PipelinePlan p = PipelinePlan::from_json(j);
+  EXPECT_EQ(p.slices, (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(p.stages[0].device, "d0");
+  EXPECT_EQ(p.to_json()["note"], "kept");
+  EXPECT_EQ(PipelinePlan::from_json(p.to_json()).to_json(), p.to_json());
+  auto bad = j;
+  bad["slices"] = {3, 4};
+  EXPECT_THROW(PipelinePlan::from_json(bad), ParseError);
+  bad = j;
+  bad["version"] = 2;
+  EXPECT_THROW(PipelinePlan::from_json(bad), ParseError);
+  bad = j;
+  bad["stages"] = nlohmann::json::array();
+  EXPECT_THROW(PipelinePlan::from_json(bad), ParseError);
+  bad = j;
+  bad["stages"][0]["stage"] = {{"kind", 3}};
+  EXPECT_THROW(PipelinePlan::from_json(bad), ParseError);
+}
+
+TEST(SchedMlp, SplittingLayersOverStagesIsBitExact) {
+  auto whole = run_sequential(mlp_plan({"x"}, 6, 32, false), mlp_requests(3, {4, 2, 5}, 32));
+  auto split =
+      run_sequential(mlp_plan({"x", "y", "z"}, 6, 32, false), mlp_requests(3, {4, 2, 5}, 32));
+  expect_bit_equal(split, whole);
+  // The carried state (per stage, like a KV cache) makes later slices depend on earlier ones.
+  auto carry = run_sequential(mlp_plan({"x"}, 6, 32, true), mlp_requests(3, {4, 2, 5}, 32));
+  EXPECT_EQ(std::memcmp(carry[100][0].tensors[0].raw_data(), whole[100][0].tensors[0].raw_data(),
+                        4 * 32 * 4),
+            0);
+  EXPECT_NE(std::memcmp(carry[100][1].tensors[0].raw_data(), whole[100][1].tensors[0].raw_data(),
+                        2 * 32 * 4),
+            0);
+}
+
+TEST(SchedMlp, RejectsBadConfigsAndOutOfOrderMicros) {
+  EXPECT_THROW(make_stage({{"kind", "sched.mlp"}, {"d", 0}, {"last_layer", 1}}), InvalidArgument);
+  EXPECT_THROW(make_stage({{"kind", "sched.mlp"}, {"d", 8}}), InvalidArgument);
+  EXPECT_THROW(make_stage({{"kind", "sched.mlp"}, {"d", 8}, {"last_layer", 1}, {"bogus", 1}}),
+               InvalidArgument);
+  auto st = make_stage({{"kind", "sched.mlp"}, {"d", 8}, {"last_layer", 2}, {"carry", true}});
+  Packet p;
+  p.request_id = 1;
+  p.micro = 1;
+  p.n_micro = 2;
+  p.tensors.push_back(mlp_stage_input(2, 8, 1, 1, 1));
+  EXPECT_THROW(st->process(p), ContractError);  // micro 1 before micro 0
+  p.tensors[0] = mlp_stage_input(2, 4, 1, 1, 1);
+  p.micro = 0;
+  EXPECT_THROW(st->process(p), InvalidArgument);  // wrong width
+}
+
+TEST(SchedPipeline, InprocThreeStagesEqualSequentialBitExact) {
+  const auto plan = mlp_plan({"d0", "d1", "d2"}, 6, 48);
+  const auto want = run_sequential(plan, mlp_requests(4, {5, 3, 7}, 48));
+  Pipeline pipe(plan, ClusterSpec{}, {});  // every device "local": in-process workers, inproc://
+  std::map<uint64_t, int> delivered;
+  RunReport r = pipe.run(mlp_requests(4, {5, 3, 7}, 48),
+                         [&](uint64_t id, const std::vector<Packet>&) { ++delivered[id]; });
+  expect_bit_equal(r.outputs, want);
+  for (const auto& [id, n] : delivered) EXPECT_EQ(n, 1) << id;
+  ASSERT_EQ(r.timelines.size(), 3u);
+  for (const auto& t : r.timelines) {
+    EXPECT_EQ(t.kind, "stage");
+    EXPECT_EQ(t.intervals.size(), 12u);
+    for (const auto& iv : t.intervals) EXPECT_LE(iv.start_s, iv.end_s);
+  }
+  // Every packet leaves stage i before it enters stage i + 1.
+  for (size_t s = 1; s < 3; ++s)
+    for (const auto& iv : r.timelines[s].intervals)
+      for (const auto& prev : r.timelines[s - 1].intervals)
+        if (prev.request_id == iv.request_id && prev.micro == iv.micro)
+          EXPECT_LE(prev.end_s, iv.start_s);
+  EXPECT_EQ(r.replans, 0);
+  auto j = r.to_json();
+  EXPECT_EQ(j["timelines"].size(), 3u);
+  EXPECT_GE(j["timelines"][0]["utilisation"].get<double>(), 0.0);
+}
+
+TEST(SchedPipeline, DirectLocalModeMatchesToo) {
+  const auto plan = mlp_plan({"d0", "d1"}, 4, 16);
+  PipelineOptions o;
+  o.direct_local = true;
+  Pipeline pipe(plan, ClusterSpec{}, {}, o);
+  expect_bit_equal(pipe.run(mlp_requests(3, {2, 2}, 16)).outputs,
+                   run_sequential(plan, mlp_requests(3, {2, 2}, 16)));
+}
+
+TEST(SchedPipeline, BoundedQueuesApplyBackpressure) {
+  // The second device is 8x slower: the first stage fills its output queue and must wait.
+  ClusterSpec c = two_linked(0.0, 1e12, 0.125);
+  PipelineOptions o;
+  o.queue_capacity = 1;
+  o.emulate_links = false;
+  Pipeline pipe(mlp_plan({"a", "b"}, 2, 64), c, {}, o);
+  RunReport r = pipe.run(mlp_requests(6, {8, 8}, 64));
+  ASSERT_EQ(r.timelines.size(), 2u);
+  size_t blocked = 0;
+  for (const auto& t : r.timelines) {
+    EXPECT_LE(t.queue_max_depth, 1u);
+    blocked += t.queue_blocked_pushes;
+  }
+  EXPECT_GT(blocked, 0u);
+  for (const auto& t : r.timelines) EXPECT_EQ(t.intervals.size(), 12u);
+}
+
+TEST(SchedPipeline, EmulatedLinkDelaysEveryPacket) {
+  const double latency = 0.01;
+  ClusterSpec c = two_linked(latency, 1e6);
+  const auto plan = mlp_plan({"a", "b"}, 2, 16);
+  Pipeline pipe(plan, c, {});
+  RunReport r = pipe.run(mlp_requests(2, {4, 4}, 16));
+  expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(2, {4, 4}, 16)));
+  ASSERT_EQ(r.timelines.size(), 3u);
+  EXPECT_EQ(r.timelines[1].kind, "link");
+  ASSERT_EQ(r.link_counters.size(), 1u);
+  const LinkCounters& k = r.link_counters[0];
+  EXPECT_EQ(k.messages, 4u);
+  EXPECT_EQ(k.bytes, 4u * 4 * 16 * 4);
+  EXPECT_EQ(k.drops, 0u);
+  EXPECT_GE(k.delay_s, 4 * (latency + 4 * 16 * 4 / 1e6) - 1e-9);
+  for (const auto& iv : r.timelines[1].intervals) {
+    EXPECT_GE(iv.end_s - iv.start_s, latency);  // a sleep never ends early
+    for (const auto& st : r.timelines[2].intervals)
+      if (st.request_id == iv.request_id && st.micro == iv.micro) EXPECT_LE(iv.end_s, st.start_s);
+  }
+}
+
+TEST(SchedPipeline, DroppedCopiesAreResentAndResultsUnchanged) {
+  ClusterSpec c = two_linked(0.001, 1e9);
+  PipelineOptions o;
+  o.faults.drop = 0.4;
+  o.faults.seed = 3;
+  o.faults.retransmit_timeout_s = 0.002;
+  const auto plan = mlp_plan({"a", "b"}, 2, 8);
+  Pipeline pipe(plan, c, {}, o);
+  RunReport r = pipe.run(mlp_requests(4, {2, 2, 2}, 8));
+  expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(4, {2, 2, 2}, 8)));
+  EXPECT_EQ(r.link_counters.at(0).messages, 12u);
+  EXPECT_GT(r.link_counters.at(0).drops, 0u);
+}
+
+TEST(SchedPipeline, StageErrorsSurfaceInsteadOfHanging) {
+  PipelinePlan plan = mlp_plan({"d0", "d1"}, 2, 16);
+  plan.stages[1].stage["d"] = 8;  // stage 1 expects [T, 8] but gets [T, 16]
+  Pipeline pipe(plan, ClusterSpec{}, {});
+  EXPECT_THROW(pipe.run(mlp_requests(1, {2}, 16)), RemoteError);
+  PipelinePlan unknown = mlp_plan({"d0"}, 1, 4);
+  unknown.stages[0].stage = {{"kind", "no.such.kind"}};
+  Pipeline p2(unknown, ClusterSpec{}, {});
+  EXPECT_THROW(p2.run(mlp_requests(1, {2}, 4)), RemoteError);
+  EXPECT_THROW(Pipeline(plan, ClusterSpec{}, {{"d0", "http://x"}}), InvalidArgument);
+}
+
+TEST(SchedPipeline, DefaultReplanMovesFailedStagesToTheLeastLoadedSurvivor) {
+  auto next = default_replan({"a", "b", "c", "c"}, {"c"}, {"a", "b"});
+  EXPECT_EQ(next, (std::vector<std::string>{"a", "b", "a", "b"}));
+  EXPECT_THROW(default_replan({"a"}, {"a"}, {}), Infeasible);
+}
+
+// A stage that remembers every request it has seen until reset() (like a KV cache), counted
+// process-wide.
+std::atomic<int> g_live_states{0};
+class RememberingStage : public Stage {
+ public:
+  std::string kind() const override { return "test.remember"; }
+  Packet process(Packet in) override {
+    if (seen_.insert(in.request_id).second) ++g_live_states;
+    return in;
+  }
+  void reset(uint64_t id) override {
+    if (seen_.erase(id)) --g_live_states;
+  }
+  ~RememberingStage() override { g_live_states -= static_cast<int>(seen_.size()); }
+
+ private:
+  std::set<uint64_t> seen_;
+};
+const StageKindRegistration kRemember("test.remember", [](const nlohmann::json&) {
+  return std::make_unique<RememberingStage>();
+});
+
+TEST(SchedPipeline, FinishedRequestsAreResetInEveryStage) {
+  PipelinePlan plan;
+  for (const char* d : {"d0", "d1", "d0"}) plan.stages.push_back({d, {{"kind", "test.remember"}}});
+  for (bool direct : {false, true}) {
+    for (bool reset : {true, false}) {
+      PipelineOptions o;
+      o.direct_local = direct;
+      o.reset_finished = reset;
+      {
+        Pipeline pipe(plan, ClusterSpec{}, {}, o);
+        pipe.run(mlp_requests(5, {2, 2, 2}, 4));
+        // Three stages x five requests remembered unless reset after their last micro-batch
+        // (direct stages live for one run(); worker-hosted ones until re-configured).
+        EXPECT_EQ(g_live_states.load(), reset || direct ? 0 : 15) << "direct " << direct;
+      }
+      EXPECT_EQ(g_live_states.load(), 0);  // the stages are gone with the pipeline
+    }
+  }
+}
+
+TEST(SchedQueue, TimesOutWhenFullAndWakesOnClose) {
+  BoundedQueue<int> q(1);
+  EXPECT_TRUE(q.push(1, 0.01));
+  EXPECT_FALSE(q.push(2, 0.01));  // full
+  EXPECT_EQ(q.blocked_pushes(), 1u);
+  std::thread t([&] { EXPECT_FALSE(q.push(3, 10.0)); });
+  q.close();
+  t.join();
+  EXPECT_EQ(q.pop(0.01), 1);
+  EXPECT_EQ(q.pop(0.01), std::nullopt);
+}
+
+}  // namespace
+}  // namespace tandem::sched
