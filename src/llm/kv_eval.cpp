@@ -71,17 +71,18 @@ std::vector<int32_t> needle_prompt(const Tokenizer& tok, const std::string& hays
     return tok.encode(chat.apply({{"user", msg}}, /*add_generation_prompt=*/true),
                       /*add_special=*/true, /*parse_special=*/true);
   };
-  size_t chars = static_cast<size_t>(target) * 4;
-  std::vector<int32_t> ids = build(chars);
-  for (int i = 0; i < 8 && static_cast<int64_t>(ids.size()) > target; ++i) {
+  int64_t chars = target * 4;
+  std::vector<int32_t> ids = build(static_cast<size_t>(chars));
+  for (int i = 0; i < 16 && static_cast<int64_t>(ids.size()) > target && chars > 0; ++i) {
     const double per_token = static_cast<double>(chars) / static_cast<double>(ids.size());
-    chars -= static_cast<size_t>((static_cast<double>(ids.size()) - target) * per_token * 1.02) + 1;
-    ids = build(chars);
+    const int64_t excess = static_cast<int64_t>(ids.size()) - target;
+    chars = std::max<int64_t>(0, chars - static_cast<int64_t>(excess * per_token * 1.3) - 1);
+    ids = build(static_cast<size_t>(chars));
   }
   if (static_cast<int64_t>(ids.size()) > target) {
     throw InvalidArgument(cat("kv-eval: cannot build a needle prompt of ", target, " tokens"));
   }
-  if (chars > haystack.size()) {
+  if (static_cast<size_t>(chars) > haystack.size()) {
     throw InvalidArgument(cat("kv-eval: the haystack text (", haystack.size(),
                               " bytes) is too short for a ", target, "-token needle prompt"));
   }
