@@ -162,6 +162,26 @@ TEST(Scoring, WindowAttentionIsASoftmaxSumPerQuery) {
   EXPECT_NEAR(std::accumulate(s[0].begin(), s[0].end(), 0.0), 2.0, 1e-5);
 }
 
+TEST(Scoring, F16BlocksScoreLikeF32) {
+  std::vector<float> k(40 * kDim), v(k.size(), 0.0f);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.37f * static_cast<float>(i));
+  std::vector<int32_t> pos(40);
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<std::vector<float>> scores;
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    KvCache c(KvCacheShape{
+        .n_layers = 1, .n_kv_heads = 1, .head_dim = kDim, .block_tokens = 16, .dtype = dt});
+    c.append(0, Tensor::from_vector(k, {40, 1, kDim}, DType::kF32),
+             Tensor::from_vector(v, {40, 1, kDim}, DType::kF32), pos);
+    const std::vector<int32_t> qpos = {38, 39};
+    scores.push_back(window_attention_scores(
+        c, 0, Tensor::from_vector(std::vector<float>(2 * kDim, 0.5f), {2, 1, kDim}, DType::kF32),
+        qpos)[0]);
+  }
+  ASSERT_EQ(scores[0].size(), scores[1].size());
+  for (size_t j = 0; j < scores[0].size(); ++j) EXPECT_NEAR(scores[0][j], scores[1][j], 1e-3) << j;
+}
+
 TEST(KvPolicies, ClusterAttnKeepsAKnownClusterWhole) {
   // Tokens [20, 30) are a cluster the window attends to; [60, 63) a weaker one; budget allows the
   // strong cluster (plus its eps border) but not both.

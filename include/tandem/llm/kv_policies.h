@@ -45,7 +45,8 @@ namespace tandem::llm {
 // for every cached slot of that head (slot order as KvCache::blocks lists them). Query head h
 // belongs to KV head h / (n_heads / n_kv_heads); the weights of a group's query heads are averaged.
 // Each query's softmax runs over the slots whose position <= the query's (scale 1/sqrt(head_dim)).
-// q: f32 [W, n_heads, head_dim] on the host; positions: W entries. f32 and f16 blocks.
+// q: f32 [W, n_heads, head_dim] on the host; positions: W entries. f32 and f16 blocks (blocks of a
+// GPU cache are copied to the host for this pass).
 TANDEM_API std::vector<std::vector<float>> window_attention_scores(
     const KvCache& cache, int layer, const Tensor& q, std::span<const int32_t> positions);
 

@@ -19,14 +19,13 @@ void gather_keys(const KvCache& cache, int layer, int head, std::vector<float>& 
   keys.clear();
   positions.clear();
   for (const KvBlock& b : cache.blocks(layer, head)) {
-    if (!b.k.device().is_cpu()) {
-      throw Unsupported("window_attention_scores: the cache must be on the host");
-    }
+    // Blocks on a GPU are copied to the host (keys only; a scoring pass, not the decode path).
+    const Tensor host = b.k.device().is_cpu() ? b.k : b.k.to(Device::cpu());
     if (b.dtype == DType::kF32) {
-      const float* k = b.k.data<float>();
+      const float* k = host.data<float>();
       keys.insert(keys.end(), k, k + b.used * d);
     } else if (b.dtype == DType::kF16) {
-      const auto* k = static_cast<const uint16_t*>(b.k.raw_data());
+      const auto* k = static_cast<const uint16_t*>(host.raw_data());
       for (int64_t i = 0; i < b.used * d; ++i) keys.push_back(f16_to_f32(k[i]));
     } else {
       throw Unsupported(cat("window_attention_scores: blocks of dtype ", dtype_name(b.dtype),
