@@ -88,8 +88,8 @@ TEST(KvEvalReal, ShortSmolLM2Run) {
   std::stringstream ss;
   ss << in.rdbuf();
   KvEvalConfig c;
-  c.contexts = {256};
-  c.continuation = 4;
+  c.contexts = {192};
+  c.continuation = 3;
   c.policies = {"full", "snapkv", "clusterattn", "streamingllm"};
   c.budgets = {parse_kv_budget("64")};
   c.window = 16;
