@@ -19,6 +19,8 @@
 #include "tandem/llm/chat_template.h"
 #include "tandem/llm/generate.h"
 #include "tandem/llm/gguf.h"
+#include "tandem/llm/kv_eval.h"
+#include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/tokenizer.h"
 #include "tandem/llm/vocab.h"
@@ -27,12 +29,37 @@ namespace tandem::cli {
 
 namespace {
 
+// The KV policy of one sequence from --kv-policy / --kv-budget / --kv-window / --kv-calibration /
+// --kv-extra (a fresh instance per cache: policies keep per-sequence state).
+std::shared_ptr<llm::KvPolicy> make_policy(const GenerateOptions& o, const llm::Model& model) {
+  llm::KvPolicyOptions p;
+  if (!o.kv_budget.empty()) {
+    const llm::KvBudget b = llm::parse_kv_budget(o.kv_budget);
+    p.budget_tokens = b.tokens;
+    p.budget_ratio = b.ratio;
+  }
+  p.window = o.kv_window;
+  p.calibration_path = o.kv_calibration;
+  p.seed = o.seed;
+  for (const std::string& kv : o.kv_extra) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw InvalidArgument("generate: --kv-extra '" + kv + "' is not key=value");
+    }
+    p.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return llm::make_kv_policy(o.kv_policy, p, model.make_cache().shape());
+}
+
 int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
                        llm::Detokenizer& detok, const std::vector<int32_t>& prompt,
-                       const llm::GenerateOptions& g, int batch, DType kv_dtype) {
+                       const llm::GenerateOptions& g, int batch, DType kv_dtype,
+                       const GenerateOptions& o) {
   std::vector<llm::KvCache> caches;
   std::vector<llm::BatchRequest> reqs;
-  for (int i = 0; i < batch; ++i) caches.push_back(model.make_cache(nullptr, 32, kv_dtype));
+  for (int i = 0; i < batch; ++i) {
+    caches.push_back(model.make_cache(make_policy(o, model), 32, kv_dtype));
+  }
   for (int i = 0; i < batch; ++i) {
     llm::GenerateOptions gi = g;
     gi.sampler.seed = g.sampler.seed + static_cast<uint64_t>(i);
@@ -87,7 +114,7 @@ int run_generate(const GenerateOptions& o) {
   if (prompt.empty()) throw InvalidArgument("generate: the prompt encodes to no tokens");
 
   const DType kv_dtype = parse_dtype(o.kv_dtype);
-  llm::KvCache cache = model.make_cache(nullptr, 32, kv_dtype);
+  llm::KvCache cache = model.make_cache(make_policy(o, model), 32, kv_dtype);
   llm::GenerateOptions g;
   g.max_new_tokens = o.n_predict;
   g.prefill_chunk = o.prefill_chunk;
@@ -106,7 +133,9 @@ int run_generate(const GenerateOptions& o) {
     }
     return true;
   };
-  if (o.batch > 1) return run_generate_batch(model, tokenizer, detok, prompt, g, o.batch, kv_dtype);
+  if (o.batch > 1) {
+    return run_generate_batch(model, tokenizer, detok, prompt, g, o.batch, kv_dtype, o);
+  }
   const auto r = llm::generate(model, cache, prompt, g);
   const std::string rest = detok.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -118,12 +147,14 @@ int run_generate(const GenerateOptions& o) {
   std::fprintf(stderr,
                "\n%s: %lld prompt tokens, %lld generated (stop: %s), %d threads\n"
                "prefill %.1f tokens/s (%.3f s), TTFT %.3f s, decode %.1f tokens/s (%.3f s)\n"
-               "KV cache %.2f MiB, peak tensor memory %.2f MiB, weights %.2f MiB (mapped)\n",
+               "KV cache %.2f MiB (policy %s), peak tensor memory %.2f MiB, weights %.2f MiB "
+               "(mapped)\n",
                model.config().name.empty() ? path.c_str() : model.config().name.c_str(),
                static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
                s.stop_reason.c_str(), cpu_num_threads(), s.prefill_tokens_per_s, s.prefill_s,
                s.ttft_s, s.decode_tokens_per_s, s.decode_s, cache.bytes() / 1048576.0,
-               mem.peak_bytes / 1048576.0, model.weight_bytes() / 1048576.0);
+               cache.policy().name().c_str(), mem.peak_bytes / 1048576.0,
+               model.weight_bytes() / 1048576.0);
   return 0;
 }
 

@@ -133,6 +133,19 @@ int main(int argc, char** argv) {
   generate->add_option("--kv-dtype", go.kv_dtype, "KV cache storage (f16 halves its bytes)")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
+  generate
+      ->add_option("--kv-policy", go.kv_policy,
+                   "KV-cache policy: a registered name or a '+' chain such as "
+                   "clusterattn+qokv (docs/kv-eviction.md lists them)")
+      ->capture_default_str();
+  generate->add_option("--kv-budget", go.kv_budget,
+                       "KV budget: tokens per (layer, KV head), or N% of the prompt");
+  generate->add_option("--kv-window", go.kv_window, "Observation window / recent tokens")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  generate->add_option("--kv-calibration", go.kv_calibration, "KV-policy calibration file")
+      ->check(CLI::ExistingFile);
+  generate->add_option("--kv-extra", go.kv_extra, "KV-policy setting key=value (repeatable)");
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
   std::vector<tandem::cli::Command> registered;

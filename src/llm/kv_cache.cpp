@@ -159,6 +159,23 @@ void KvCache::clear() {
   next_position_ = 0;
 }
 
+KvCache KvCache::clone(std::shared_ptr<KvPolicy> policy) const {
+  KvCache c(shape_, std::move(policy));
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    for (const KvBlock& b : heads_[i]) {
+      KvBlock o;
+      o.dtype = b.dtype;
+      o.k = b.k.clone();
+      o.v = b.v.clone();
+      o.positions = b.positions;
+      o.used = b.used;
+      c.heads_[i].push_back(std::move(o));
+    }
+  }
+  c.next_position_ = next_position_;
+  return c;
+}
+
 int64_t KvCache::block_bytes(DType dtype) const {
   return 2 * shape_.block_tokens * dtype_row_bytes(dtype, shape_.head_dim);
 }

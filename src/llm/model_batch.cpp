@@ -10,6 +10,7 @@
 #include <exception>
 #include <set>
 
+#include "llm/kv_policies/observe.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
@@ -52,6 +53,10 @@ void attend(std::span<const SequenceChunk> chunks, const std::vector<int64_t>& o
     }
   }
   if (error) std::rethrow_exception(error);
+  for (int64_t i = 0; i < n; ++i) {
+    observe_policy_queries(*chunks[i].cache, layer, q3.slice(0, off[i], off[i + 1]),
+                           chunks[i].positions);
+  }
 }
 
 // Copies the Q, K and V column blocks of the fused qkv rows [N, q_dim + 2 kv_dim] apart (strided

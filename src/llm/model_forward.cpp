@@ -3,6 +3,7 @@
 // and llama models with scaled RoPE run through forward_batch (model_batch.cpp) as a batch of one.
 #include <algorithm>
 
+#include "llm/kv_policies/observe.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
 #include "tandem/ops/ops.h"
@@ -82,6 +83,7 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
     ops::rope(k3, pos, k3, rope);
     cache.append(l, k3, v3, positions);
     cache_attention(q3, positions, cache, l, attn3);
+    observe_policy_queries(cache, l, q3, positions);
     ops::gemm(attn, w.wo, x, tb_acc);
     ops::rms_norm(x, w.ffn_norm, h, norm);
     ops::gemm(h, w.w_gate, gate, tb);

@@ -121,6 +121,9 @@ class TANDEM_API KvCache {
   void retain(int layer, int head, std::span<const int64_t> slots);
   // Drops every token (memory is freed) and resets next_position().
   void clear();
+  // A deep copy (every block copied, same device) driven by `policy` (FullCachePolicy when null),
+  // so that one prefilled prompt can be compressed by several policies (tandem kv-eval).
+  KvCache clone(std::shared_ptr<KvPolicy> policy = nullptr) const;
 
   // Bytes of all allocated blocks (K, V; what the allocator charged for them).
   int64_t bytes() const;

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: Apache-2.0
+// run_kv_eval: the fidelity and needle sweeps over policies x budgets (kv_eval.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "llm/kv_eval_internal.h"
+#include "tandem/core/error.h"
+#include "tandem/llm/chat_template.h"
+#include "tandem/llm/vocab.h"
+
+namespace tandem::llm {
+namespace {
+
+using namespace kv_eval_detail;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int32_t argmax(std::span<const float> x) {
+  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+struct Run {
+  std::string policy;
+  KvBudget budget;
+  bool budgeted = true;  // false for "full"
+  std::string label() const { return budgeted ? budget.label() : "-"; }
+};
+
+std::vector<Run> runs_of(const KvEvalConfig& c) {
+  std::vector<Run> runs;
+  for (const std::string& p : c.policies) {
+    if (p == "full") {
+      runs.push_back({p, {}, false});
+      continue;
+    }
+    for (const KvBudget& b : c.budgets) runs.push_back({p, b, true});
+  }
+  return runs;
+}
+
+std::shared_ptr<KvPolicy> build(const Model& model, const KvEvalConfig& c, const Run& r) {
+  KvPolicyOptions o;
+  o.budget_tokens = r.budget.tokens;
+  o.budget_ratio = r.budget.ratio;
+  o.window = c.window;
+  o.calibration_path = c.calibration_path;
+  o.seed = c.seed;
+  o.extra = c.extra;
+  if (!r.budgeted) return std::make_shared<FullCachePolicy>();
+  return make_kv_policy(r.policy, o, model.make_cache().shape());
+}
+
+// The passkey prompt of about `target` tokens with the needle at `depth` of the haystack.
+std::vector<int32_t> needle_prompt(const Tokenizer& tok, const std::string& haystack,
+                                   int64_t target, double depth, const std::string& key) {
+  const auto chat = ChatTemplate::detect(tok.vocab().chat_template, /*fallback_to_chatml=*/true);
+  const std::string needle =
+      "\n\nThe pass key is " + key + ". Remember it. " + key + " is the pass key.\n\n";
+  auto build = [&](size_t chars) {
+    std::string h = haystack.substr(0, std::min(chars, haystack.size()));
+    size_t cut = static_cast<size_t>(depth * static_cast<double>(h.size()));
+    const size_t dot = h.rfind(". ", cut);
+    cut = dot == std::string::npos ? cut : dot + 1;
+    const std::string msg = "Read the text below. A pass key is hidden in it.\n\n" +
+                            h.substr(0, cut) + needle + h.substr(cut) +
+                            "\n\nWhat is the pass key? Answer with the number only.";
+    return tok.encode(chat.apply({{"user", msg}}, /*add_generation_prompt=*/true),
+                      /*add_special=*/true, /*parse_special=*/true);
+  };
+  int64_t chars = target * 4;
+  std::vector<int32_t> ids = build(static_cast<size_t>(chars));
+  for (int i = 0; i < 16 && static_cast<int64_t>(ids.size()) > target && chars > 0; ++i) {
+    const double per_token = static_cast<double>(chars) / static_cast<double>(ids.size());
+    const int64_t excess = static_cast<int64_t>(ids.size()) - target;
+    chars = std::max<int64_t>(0, chars - static_cast<int64_t>(excess * per_token * 1.3) - 1);
+    ids = build(static_cast<size_t>(chars));
+  }
+  if (static_cast<int64_t>(ids.size()) > target) {
+    throw InvalidArgument(cat("kv-eval: cannot build a needle prompt of ", target, " tokens"));
+  }
+  if (static_cast<size_t>(chars) > haystack.size()) {
+    throw InvalidArgument(cat("kv-eval: the haystack text (", haystack.size(),
+                              " bytes) is too short for a ", target, "-token needle prompt"));
+  }
+  return ids;
+}
+
+// The first run of digits in the text ("" when none).
+std::string first_number(const std::string& s) {
+  size_t i = s.find_first_of("0123456789");
+  if (i == std::string::npos) return "";
+  size_t j = s.find_first_not_of("0123456789", i);
+  return s.substr(i, j == std::string::npos ? std::string::npos : j - i);
+}
+
+struct Answer {
+  std::string text;
+  double decode_s = 0;
+  int steps = 0;
+};
+
+Answer greedy_answer(const Model& model, const Tokenizer& tok, KvCache& cache,
+                     const std::vector<float>& first_logits, int32_t start, int max_tokens) {
+  Answer a;
+  std::vector<int32_t> ids;
+  int32_t next = argmax(first_logits);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < max_tokens; ++i) {
+    if (tok.is_eog(next)) break;
+    ids.push_back(next);
+    if (i + 1 == max_tokens) break;
+    const int32_t t[1] = {next}, p[1] = {start + i};
+    const Tensor logits = model.forward(t, p, cache, {.last_only = true});
+    cache.policy().on_decode_step(cache);
+    ++a.steps;
+    next = argmax(std::span<const float>(logits.data<float>(), logits.numel()));
+  }
+  a.decode_s = seconds_since(t0);
+  a.text = tok.decode(ids, /*render_special=*/false);
+  return a;
+}
+
+}  // namespace
+
+KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const std::string& text,
+                         const std::string& haystack, const KvEvalConfig& config_in) {
+  KvEvalConfig c = config_in;
+  if (c.budgets.empty()) {
+    for (const char* b : {"128", "256", "512", "1024", "10%", "25%", "50%"}) {
+      c.budgets.push_back(parse_kv_budget(b));
+    }
+  }
+  if (c.contexts.empty() || c.continuation < 2 || c.window < 0 || c.prefill_chunk < 1) {
+    throw InvalidArgument(cat("kv-eval: need contexts, continuation >= 2 (got ", c.continuation,
+                              "), window >= 0, prefill_chunk >= 1"));
+  }
+  auto say = [&](const std::string& s) {
+    if (c.progress) c.progress(s);
+  };
+  const int64_t max_ctx = *std::max_element(c.contexts.begin(), c.contexts.end());
+  for (int64_t ctx : c.contexts) {
+    if (ctx < 16 || ctx + c.continuation + c.needle_answer_tokens > model.config().context_length) {
+      throw InvalidArgument(cat("kv-eval: context ", ctx, " (+ continuation) outside [16, ",
+                                model.config().context_length, "]"));
+    }
+  }
+  KvEvalResult res;
+  res.model = model.config().name;
+  res.config = c;
+  const std::vector<Run> runs = runs_of(c);
+  for (const Run& r : runs) build(model, c, r);  // option errors before any long work
+
+  // Fidelity text: tokens of a prefix of the text long enough for the largest context.
+  const int64_t need = c.text_offset + max_ctx + c.continuation + 1;
+  size_t chars = static_cast<size_t>(need) * 6;
+  std::vector<int32_t> ids;
+  while (true) {
+    ids = tokenizer.encode(text.substr(0, std::min(chars, text.size())), true, false);
+    if (static_cast<int64_t>(ids.size()) >= need) break;
+    if (chars >= text.size()) {
+      throw InvalidArgument(cat("kv-eval: the text has ", ids.size(), " tokens; ", need,
+                                " are needed (offset + context + continuation)"));
+    }
+    chars *= 2;
+  }
+
+  for (int64_t ctx : c.contexts) {
+    const std::span<const int32_t> all(ids);
+    const auto context = all.subspan(c.text_offset, ctx);
+    const auto cont = all.subspan(c.text_offset + ctx, c.continuation + 1);
+    say(cat("context ", ctx, ": prefill"));
+    Prefilled p = prefill_recorded(model, context, c.window, c.prefill_chunk);
+    say(cat("context ", ctx, ": prefill ", p.prefill_s, " s; full-cache reference decode"));
+    std::vector<std::vector<double>> full_lp;
+    int64_t full_bytes = p.cache.bytes();
+    {
+      KvCache ref = p.cache.clone();
+      full_lp = teacher_forced_log_probs(model, ref, cont.first(c.continuation),
+                                         static_cast<int32_t>(ctx));
+    }
+    double full_nll = 0;
+    for (int i = 0; i < c.continuation; ++i) full_nll -= full_lp[i][cont[i + 1]];
+    for (const Run& r : runs) {
+      Compressed comp = compress_copy(p, build(model, c, r));
+      KvCache shadow = p.cache.clone();
+      comp.probe->set_shadow(&shadow);
+      const auto lp = teacher_forced_log_probs(model, comp.cache, cont.first(c.continuation),
+                                               static_cast<int32_t>(ctx));
+      KvEvalRow row;
+      row.context = ctx;
+      row.policy = r.policy;
+      row.budget = r.label();
+      row.kv_bytes = comp.bytes;
+      row.kv_bytes_full = full_bytes;
+      row.kv_tokens_per_head = comp.tokens_per_head;
+      row.prefill_s = p.prefill_s;
+      row.compress_s = comp.compress_s;
+      double nll = 0, kl_sum = 0, kl_max = 0;
+      int top1 = 0;
+      for (int i = 0; i < c.continuation; ++i) {
+        nll -= lp[i][cont[i + 1]];
+        double kl = 0;
+        for (size_t v = 0; v < lp[i].size(); ++v) {
+          kl += std::exp(full_lp[i][v]) * (full_lp[i][v] - lp[i][v]);
+        }
+        kl = std::max(kl, 0.0);
+        kl_sum += kl;
+        kl_max = std::max(kl_max, kl);
+        top1 += std::max_element(lp[i].begin(), lp[i].end()) - lp[i].begin() ==
+                std::max_element(full_lp[i].begin(), full_lp[i].end()) - full_lp[i].begin();
+      }
+      row.ppl = std::exp(nll / c.continuation);
+      row.ppl_full = std::exp(full_nll / c.continuation);
+      row.kl_mean = kl_sum / c.continuation;
+      row.kl_max = kl_max;
+      row.top1 = static_cast<double>(top1) / c.continuation;
+      row.attn_err_layer = comp.probe->attention_errors();
+      res.rows.push_back(row);
+      say(cat("context ", ctx, " ", r.policy, " ", r.label(), ": KV ", comp.bytes / 1048576.0,
+              " MiB (full ", full_bytes / 1048576.0, "), KL ", row.kl_mean, ", top-1 ", row.top1,
+              ", ppl ", row.ppl, " (full ", row.ppl_full, "), compress ", comp.compress_s, " s"));
+    }
+  }
+
+  // Needles.
+  std::mt19937_64 rng(c.seed);
+  std::uniform_int_distribution<int> digits(10000, 99999);
+  for (int64_t ctx : c.contexts) {
+    const size_t first_row =
+        runs.size() * static_cast<size_t>(std::find(c.contexts.begin(), c.contexts.end(), ctx) -
+                                          c.contexts.begin());
+    std::vector<double> decode_s(runs.size(), 0), ttft_extra(runs.size(), 0);
+    std::vector<int> steps(runs.size(), 0);
+    for (double depth : c.needle_depths) {
+      const std::string key = std::to_string(digits(rng));
+      const auto prompt = needle_prompt(tokenizer, haystack, ctx, depth, key);
+      say(cat("needle ", ctx, " depth ", depth, ": prefill ", prompt.size(), " tokens"));
+      Prefilled p = prefill_recorded(model, prompt, c.window, c.prefill_chunk);
+      std::string full_answer;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        Compressed comp = compress_copy(p, build(model, c, runs[i]));
+        const Answer a = greedy_answer(model, tokenizer, comp.cache, p.last_logits,
+                                       static_cast<int32_t>(prompt.size()), c.needle_answer_tokens);
+        KvEvalRow& row = res.rows[first_row + i];
+        const bool ok = first_number(a.text) == key;
+        ++row.needle_trials;
+        row.needle_correct += ok;
+        row.needle_answers.push_back(a.text);
+        decode_s[i] += a.decode_s;
+        steps[i] += a.steps;
+        ttft_extra[i] += comp.compress_s;
+        if (!runs[i].budgeted) full_answer = a.text;
+        say(cat("  ", runs[i].policy, " ", runs[i].label(), ": '", a.text, "'",
+                ok ? "" : " (wrong)"));
+      }
+      res.full_needle_answers.push_back(full_answer);
+      int correct = 0;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        correct += first_number(res.rows[first_row + i].needle_answers.back()) == key;
+      }
+      say(cat("needle ", ctx, " depth ", depth, " key ", key, ": full cache answered '",
+              full_answer, "'; ", correct, "/", runs.size(), " runs exact"));
+    }
+    for (size_t i = 0; i < runs.size(); ++i) {
+      KvEvalRow& row = res.rows[first_row + i];
+      if (steps[i] > 0 && decode_s[i] > 0) row.decode_tok_s = steps[i] / decode_s[i];
+      if (!c.needle_depths.empty()) {
+        row.compress_s = ttft_extra[i] / static_cast<double>(c.needle_depths.size());
+      }
+      row.ttft_s = row.prefill_s + row.compress_s;
+    }
+  }
+  if (c.needle_depths.empty()) {
+    for (KvEvalRow& row : res.rows) row.ttft_s = row.prefill_s + row.compress_s;
+  }
+  return res;
+}
+
+}  // namespace tandem::llm
