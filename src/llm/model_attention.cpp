@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache_attention_widen.h"
+#include "kv_quant/attention.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
@@ -118,6 +119,10 @@ void cache_attention(const Tensor& q, std::span<const int32_t> positions, const 
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
   if (!cs.device.is_cpu()) {  // the GPU kernel reads the blocks in place
     paged_cache_attention(q, positions, cache, layer, out, scale);
+    return;
+  }
+  if (cache.has_quantized(layer)) {  // packed codes: kv_quant/attention.cpp
+    cache_attention_quantized(q, positions, cache, layer, out, scale);
     return;
   }
   if (cs.dtype != DType::kF32) {  // f16 blocks: cache_attention_widen.cpp
