@@ -46,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -80,6 +81,24 @@ TANDEM_API KvBlock kv_make_block(const KvCache& cache, const KvQuantFormat& kq,
                                  const KvQuantFormat& vq, const float* k, const float* v,
                                  std::span<const int32_t> positions,
                                  std::span<const uint8_t> k_wide = {}, bool channel_scaled = false);
+
+// A tap on cache_attention: while a ScopedAttentionTap lives on a thread, every cache_attention
+// call on that thread first calls the tap with the layer's post-RoPE queries q f32 [T, n_heads,
+// head_dim] and their positions (after the layer's K/V were appended). qokv-calibrate records
+// queries with it; perplexity() uses it to hand a policy its prefill window when asked. Taps nest
+// (the previous one is restored on destruction) and are not called for caches on a GPU.
+using AttentionTap = std::function<void(const KvCache& cache, int layer, const Tensor& q,
+                                        std::span<const int32_t> positions)>;
+class TANDEM_API ScopedAttentionTap {
+ public:
+  explicit ScopedAttentionTap(AttentionTap tap);
+  ~ScopedAttentionTap();
+  ScopedAttentionTap(const ScopedAttentionTap&) = delete;
+  ScopedAttentionTap& operator=(const ScopedAttentionTap&) = delete;
+
+ private:
+  AttentionTap previous_;
+};
 
 // Measured storage of a cache: bytes over elements (2 * tokens * head_dim over all heads).
 struct KvStorageStats {
