@@ -181,16 +181,16 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
   for (int b = 0; b < n; b += o.batch) {
     const int len = std::min(o.batch, n - b);
     if (w > 0 && b + len == n) {  // the policy sees the prompt's last w queries
-      tap.emplace([&](const llm::KvCache& kc, int layer, const Tensor& q,
-                      std::span<const int32_t> qp) {
-        const int64_t rows = q.size(0), keep = std::min<int64_t>(w, rows);
-        policy->observe_queries(kc, layer, q.slice(0, rows - keep, rows).contiguous(),
-                                qp.subspan(static_cast<size_t>(rows - keep)), true);
-      });
+      tap.emplace(
+          [&](const llm::KvCache& kc, int layer, const Tensor& q, std::span<const int32_t> qp) {
+            const int64_t rows = q.size(0), keep = std::min<int64_t>(w, rows);
+            policy->observe_queries(kc, layer, q.slice(0, rows - keep, rows).contiguous(),
+                                    qp.subspan(static_cast<size_t>(rows - keep)), true);
+          });
     }
-    const Tensor logits = model.forward(std::span<const int32_t>(prompt).subspan(b, len),
-                                        std::span<const int32_t>(pos).subspan(b, len), cache,
-                                        {.last_only = true});
+    const Tensor logits =
+        model.forward(std::span<const int32_t>(prompt).subspan(b, len),
+                      std::span<const int32_t>(pos).subspan(b, len), cache, {.last_only = true});
     tok = argmax(logits);
   }
   tap.reset();
@@ -203,8 +203,8 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
   auto decode = [&](int steps) {
     const auto td = Clock::now();
     for (int i = 0; i < steps; ++i, ++p) {
-      const Tensor logits = model.forward({&tok, 1}, {&p, 1}, cache,
-                                          {.last_only = true, .int8_activations = o.int8});
+      const Tensor logits =
+          model.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .int8_activations = o.int8});
       tok = argmax(logits);
       policy->on_decode_step(cache);
     }
@@ -220,31 +220,31 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
   progress.update("");
   const SampleStats dc = stats_of(tps);
   if (o.output == "json") {
-    const nlohmann::json j = {
-        {"schema_version", 1},
-        {"kind", "bench_llm_kv_policy"},
-        {"build", build_info_json()},
-        {"system", system_json()},
-        {"params",
-         {{"model", path},
-          {"kv_policy", o.kv_policy},
-          {"kv_calibration", o.kv_calibration},
-          {"prompt_tokens", n},
-          {"gen", o.gen},
-          {"repetitions", o.repetitions},
-          {"threads", cpu_num_threads()},
-          {"int8", o.int8}}},
-        {"results",
-         {{"prefill_s", prefill_s},
-          {"policy_s", policy_s},
-          {"decode_tokens_per_s", stat_json(tps)},
-          {"kv_bytes_after_prefill", st.bytes},
-          {"kv_bits_per_element", st.bits_per_element}}}};
+    const nlohmann::json j = {{"schema_version", 1},
+                              {"kind", "bench_llm_kv_policy"},
+                              {"build", build_info_json()},
+                              {"system", system_json()},
+                              {"params",
+                               {{"model", path},
+                                {"kv_policy", o.kv_policy},
+                                {"kv_calibration", o.kv_calibration},
+                                {"prompt_tokens", n},
+                                {"gen", o.gen},
+                                {"repetitions", o.repetitions},
+                                {"threads", cpu_num_threads()},
+                                {"int8", o.int8}}},
+                              {"results",
+                               {{"prefill_s", prefill_s},
+                                {"policy_s", policy_s},
+                                {"decode_tokens_per_s", stat_json(tps)},
+                                {"kv_bytes_after_prefill", st.bytes},
+                                {"kv_bits_per_element", st.bits_per_element}}}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("| kv policy | context | prefill s | policy s | decode tok/s | +/- | KV MiB | "
-              "KV bits/elem |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| kv policy | context | prefill s | policy s | decode tok/s | +/- | KV MiB | "
+      "KV bits/elem |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
   std::printf("| %s | %d | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f |\n", o.kv_policy.c_str(), n,
               prefill_s, policy_s, dc.mean, dc.stddev, st.bytes / 1048576.0, st.bits_per_element);
   return 0;

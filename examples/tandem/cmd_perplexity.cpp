@@ -39,8 +39,8 @@ struct PerplexityCliOptions {
   int threads = 0;
   std::string output = "md";
   bool no_progress = false;
-  std::string kv_policy;       // empty: the plain protocol
-  std::string kv_calibration;  // QoKV / ClusterAttn calibration file
+  std::string kv_policy;            // empty: the plain protocol
+  std::string kv_calibration;       // QoKV / ClusterAttn calibration file
   std::vector<std::string> kv_set;  // key=value policy settings
   int kv_step = 32;
   int kv_window = 32;
@@ -140,12 +140,12 @@ int run_perplexity(const PerplexityCliOptions& o) {
       "| model | text | kv policy | tokens | ctx | windows | scored | PPL | +/- | KV bytes | "
       "KV bits/elem | time s | tok/s |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %s | %s | %s | %lld | %d | %d | %lld | %.4f | %.5f | %lld | %.2f | %.1f | %.1f |\n",
-              name.c_str(), o.file.c_str(), o.kv_policy.empty() ? "none" : o.kv_policy.c_str(),
-              static_cast<long long>(r.text_tokens), o.ctx, r.n_chunks,
-              static_cast<long long>(r.scored_tokens), r.ppl, r.ppl_error,
-              static_cast<long long>(r.kv_bytes), r.kv_bits_per_element, r.seconds,
-              r.tokens_per_s);
+  std::printf(
+      "| %s | %s | %s | %lld | %d | %d | %lld | %.4f | %.5f | %lld | %.2f | %.1f | %.1f |\n",
+      name.c_str(), o.file.c_str(), o.kv_policy.empty() ? "none" : o.kv_policy.c_str(),
+      static_cast<long long>(r.text_tokens), o.ctx, r.n_chunks,
+      static_cast<long long>(r.scored_tokens), r.ppl, r.ppl_error,
+      static_cast<long long>(r.kv_bytes), r.kv_bits_per_element, r.seconds, r.tokens_per_s);
   return 0;
 }
 

@@ -66,11 +66,11 @@ int run_qokv_calibrate(const QokvCalibrateOptions& o) {
     std::vector<std::vector<float>> q(static_cast<size_t>(cs.n_layers));
     llm::KvCache cache = model.make_cache();
     {
-      llm::ScopedAttentionTap tap([&](const llm::KvCache&, int layer, const Tensor& qt,
-                                      std::span<const int32_t>) {
-        const Tensor qc = qt.contiguous();
-        q[layer].insert(q[layer].end(), qc.data<float>(), qc.data<float>() + qc.numel());
-      });
+      llm::ScopedAttentionTap tap(
+          [&](const llm::KvCache&, int layer, const Tensor& qt, std::span<const int32_t>) {
+            const Tensor qc = qt.contiguous();
+            q[layer].insert(q[layer].end(), qc.data<float>(), qc.data<float>() + qc.numel());
+          });
       model.forward(ids, pos, cache, {.last_only = true});
     }
     for (int l = 0; l < cs.n_layers; ++l) {
@@ -116,15 +116,16 @@ int run_qokv_calibrate(const QokvCalibrateOptions& o) {
       for (float x : h) scaled += x > 1.0f;
     }
   }
-  std::printf("| %s | %s | %d | %d | %d | %lld | %s |\n", c.name.c_str(), o.file.c_str(),
-              o.samples, o.seqlen, o.groups, static_cast<long long>(scaled), o.output.c_str());
+  std::printf("| %s | %s | %d | %d | %d | %lld | %s |\n", c.name.c_str(), o.file.c_str(), o.samples,
+              o.seqlen, o.groups, static_cast<long long>(scaled), o.output.c_str());
   return 0;
 }
 
 const CommandRegistration kReg([](CLI::App& app) {
   auto o = std::make_shared<QokvCalibrateOptions>();
   CLI::App* sub = app.add_subcommand(
-      "qokv-calibrate", "QoKV offline calibration (group fractions, channel scales) to a JSON file");
+      "qokv-calibrate",
+      "QoKV offline calibration (group fractions, channel scales) to a JSON file");
   sub->add_option("-m,--model", o->model,
                   "GGUF model file (default: SmolLM2-135M-Instruct, fetched on first use)");
   sub->add_option("-f,--file", o->file, "Calibration text (UTF-8)")

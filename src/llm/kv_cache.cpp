@@ -156,8 +156,8 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
         ++next;
       }
       if (!pos.empty()) {
-        kept.push_back(kv_make_block(*this, b.kq, b.vq, kk.data(), vv.data(), pos, wide,
-                                     b.channel_scaled));
+        kept.push_back(
+            kv_make_block(*this, b.kq, b.vq, kk.data(), vv.data(), pos, wide, b.channel_scaled));
       }
       base += b.used;
       continue;

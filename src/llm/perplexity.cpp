@@ -96,12 +96,12 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
       const int w = last_prefill ? policy->query_window() : 0;
       std::optional<ScopedAttentionTap> tap;
       if (w > 0) {  // hand the policy the queries of the prompt's last w rows
-        tap.emplace([&, w](const KvCache& kc, int layer, const Tensor& q,
-                           std::span<const int32_t> pos) {
-          const int64_t rows = q.size(0), keep = std::min<int64_t>(w, rows);
-          policy->observe_queries(kc, layer, q.slice(0, rows - keep, rows).contiguous(),
-                                  pos.subspan(static_cast<size_t>(rows - keep)), true);
-        });
+        tap.emplace(
+            [&, w](const KvCache& kc, int layer, const Tensor& q, std::span<const int32_t> pos) {
+              const int64_t rows = q.size(0), keep = std::min<int64_t>(w, rows);
+              policy->observe_queries(kc, layer, q.slice(0, rows - keep, rows).contiguous(),
+                                      pos.subspan(static_cast<size_t>(rows - keep)), true);
+            });
       }
       const Tensor logits =
           model.forward(std::span<const int32_t>(window).subspan(b, len),

@@ -107,7 +107,7 @@ struct PolicyCase {
 
 TEST(KvQuantPolicies, FreeBytesAndAttendWithinStatedError) {
   const std::vector<PolicyCase> cases = {
-      {"int8", 8.51, 0.03}, {"q8_0", 8.51, 0.06}, {"int4", 4.51, 0.6}, {"q4_0", 4.51, 0.6},
+      {"int8", 8.51, 0.03},   {"q8_0", 8.51, 0.06}, {"int4", 4.51, 0.6}, {"q4_0", 4.51, 0.6},
       {"kivi4", 10.41, 0.15}, {"kivi2", 8.81, 1.0}, {"qokv", 4.6, 0.4},
   };
   std::vector<int32_t> qpos = {kTokens - 1, kTokens - 1, kTokens + 3};
@@ -159,8 +159,8 @@ TEST(KvQuantPolicies, KiviKeepsTheResidualInFullPrecisionUntilAGroupLeavesIt) {
   for (int t = 0; t < 8; ++t) {
     const int32_t p = kTokens + t;
     for (int l = 0; l < 2; ++l) {
-      cache.append(l, random_tensor({1, kKv, kDim}, 500 + t), random_tensor({1, kKv, kDim}, 600 + t),
-                   std::span<const int32_t>(&p, 1));
+      cache.append(l, random_tensor({1, kKv, kDim}, 500 + t),
+                   random_tensor({1, kKv, kDim}, 600 + t), std::span<const int32_t>(&p, 1));
     }
     policy->on_decode_step(cache);
   }

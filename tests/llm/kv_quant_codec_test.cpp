@@ -30,11 +30,16 @@ struct Case {
 
 std::vector<Case> formats() {
   return {
-      {{KvCodec::kAffine, 8, 0, false}, "affine8"},   {{KvCodec::kAffine, 4, 0, false}, "affine4"},
-      {{KvCodec::kAffine, 2, 32, false}, "affine2g32"}, {{KvCodec::kAffine, 4, 32, false}, "affine4g32"},
-      {{KvCodec::kBlock32, 8, 0, false}, "q8_0"},     {{KvCodec::kBlock32, 4, 0, false}, "q4_0"},
-      {{KvCodec::kSymmetric, 8, 0, false}, "sym8"},   {{KvCodec::kSymmetric, 4, 0, false}, "sym4"},
-      {{KvCodec::kSymmetric, 8, 0, true}, "sym8/4"},  {{KvCodec::kChannel, 2, 0, false}, "chan2"},
+      {{KvCodec::kAffine, 8, 0, false}, "affine8"},
+      {{KvCodec::kAffine, 4, 0, false}, "affine4"},
+      {{KvCodec::kAffine, 2, 32, false}, "affine2g32"},
+      {{KvCodec::kAffine, 4, 32, false}, "affine4g32"},
+      {{KvCodec::kBlock32, 8, 0, false}, "q8_0"},
+      {{KvCodec::kBlock32, 4, 0, false}, "q4_0"},
+      {{KvCodec::kSymmetric, 8, 0, false}, "sym8"},
+      {{KvCodec::kSymmetric, 4, 0, false}, "sym4"},
+      {{KvCodec::kSymmetric, 8, 0, true}, "sym8/4"},
+      {{KvCodec::kChannel, 2, 0, false}, "chan2"},
       {{KvCodec::kChannel, 4, 0, false}, "chan4"},
   };
 }
@@ -56,7 +61,8 @@ float bound(const KvQuantFormat& f, const std::vector<float>& x, int64_t n, int6
     case KvCodec::kAffine: {
       const int64_t g = f.group == 0 ? d : std::min<int64_t>(f.group, d);
       const int64_t lo = i / g * g, hi = std::min(d, lo + g);
-      return range_of(lo, hi, false) / ((1 << f.bits) - 1) * 0.5f * 1.01f + eps * range_of(lo, hi, false) + 1e-6f;
+      return range_of(lo, hi, false) / ((1 << f.bits) - 1) * 0.5f * 1.01f +
+             eps * range_of(lo, hi, false) + 1e-6f;
     }
     case KvCodec::kBlock32: {
       const int64_t lo = i / 32 * 32, hi = std::min(d, lo + 32);
@@ -70,7 +76,8 @@ float bound(const KvQuantFormat& f, const std::vector<float>& x, int64_t n, int6
     }
     case KvCodec::kChannel: {
       float mn = x[i], mx = x[i];
-      for (int64_t r = 0; r < n; ++r) mn = std::min(mn, x[r * d + i]), mx = std::max(mx, x[r * d + i]);
+      for (int64_t r = 0; r < n; ++r)
+        mn = std::min(mn, x[r * d + i]), mx = std::max(mx, x[r * d + i]);
       return (mx - mn) / ((1 << f.bits) - 1) * 0.5f * 1.01f + eps * (mx - mn) + 1e-6f;
     }
     case KvCodec::kPlain:
@@ -122,8 +129,7 @@ TEST(KvCodec, ByteSizesMatchTheDocumentedLayouts) {
   EXPECT_EQ(kv_encoded_bytes({KvCodec::kBlock32, 4, 0, false}, 1, d), 2 * 18);  // q4_0: 4.5 bits
   EXPECT_EQ(kv_encoded_bytes({KvCodec::kSymmetric, 4, 0, false}, 3, d), 3 * 34);
   const std::vector<uint8_t> wide = {1, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  EXPECT_EQ(kv_encoded_bytes({KvCodec::kSymmetric, 8, 0, true}, 10, d, wide),
-            2 + 2 * 66 + 8 * 34);
+  EXPECT_EQ(kv_encoded_bytes({KvCodec::kSymmetric, 8, 0, true}, 10, d, wide), 2 + 2 * 66 + 8 * 34);
   EXPECT_EQ(kv_encoded_bytes({KvCodec::kChannel, 2, 0, false}, 32, d), 64 * 4 + 32 * 16);
   EXPECT_EQ(kv_encoded_bytes({KvCodec::kAffine, 4, 0, false}, 1, 7), 4 + 4);  // odd d rounds up
 }
@@ -144,8 +150,8 @@ TEST(KvCodec, Q4ZeroMatchesGgmlOnAKnownBlock) {
   for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i);
   std::vector<uint8_t> buf(18);
   kv_encode({KvCodec::kBlock32, 4, 0, false}, x.data(), 1, 32, {}, buf.data());
-  EXPECT_EQ(buf[2 + 0] & 15, 8);            // 0 -> q = 8
-  EXPECT_EQ(buf[2 + 15] >> 4, 0);           // 31 -> q = 0 (-8 * d = 31)
+  EXPECT_EQ(buf[2 + 0] & 15, 8);   // 0 -> q = 8
+  EXPECT_EQ(buf[2 + 15] >> 4, 0);  // 31 -> q = 0 (-8 * d = 31)
   std::vector<float> y(32);
   kv_decode({KvCodec::kBlock32, 4, 0, false}, buf.data(), 1, 32, y.data());
   EXPECT_NEAR(y[31], 31.0f, 0.02f);

@@ -135,10 +135,10 @@ struct QokvSample {
   int64_t n = 0;
 };
 struct QokvCalibrationOptions {
-  int groups = 10;            // contiguous position groups (spec: 10)
-  int top_tokens = 1000;      // important positions clustered per sample (capped at n / 2)
-  int search_steps = 48;      // clipping thresholds tried in the channel-scale search
-  int search_queries = 32;    // queries (last rows) in the QK^T error of the search
+  int groups = 10;             // contiguous position groups (spec: 10)
+  int top_tokens = 1000;       // important positions clustered per sample (capped at n / 2)
+  int search_steps = 48;       // clipping thresholds tried in the channel-scale search
+  int search_queries = 32;     // queries (last rows) in the QK^T error of the search
   bool channel_scales = true;  // false: all scales 1 (the ablation)
 };
 // Calibration A (groups) and B (scales) of spec 2.3 for one layer over samples; n_heads query

@@ -53,16 +53,16 @@ struct PerplexityOptions {
 };
 
 struct PerplexityResult {
-  double ppl = 0.0;               // exp(mean NLL)
-  double ppl_error = 0.0;         // one standard error of ppl (llama.cpp's "+/-")
-  double mean_nll = 0.0;          // nats per scored token
-  int64_t text_tokens = 0;        // tokens of the whole input
-  int n_chunks = 0;               // windows scored
-  int64_t scored_tokens = 0;      // n_chunks * (ctx - ctx/2 - 1)
-  std::vector<double> chunk_ppl;  // running PPL after each window (llama.cpp's "[i]x.xxxx")
-  double seconds = 0.0;           // wall time of the forward passes and scoring
-  double tokens_per_s = 0.0;      // window tokens run per second
-  int64_t kv_bytes = 0;           // cache bytes at the end of the last window
+  double ppl = 0.0;                  // exp(mean NLL)
+  double ppl_error = 0.0;            // one standard error of ppl (llama.cpp's "+/-")
+  double mean_nll = 0.0;             // nats per scored token
+  int64_t text_tokens = 0;           // tokens of the whole input
+  int n_chunks = 0;                  // windows scored
+  int64_t scored_tokens = 0;         // n_chunks * (ctx - ctx/2 - 1)
+  std::vector<double> chunk_ppl;     // running PPL after each window (llama.cpp's "[i]x.xxxx")
+  double seconds = 0.0;              // wall time of the forward passes and scoring
+  double tokens_per_s = 0.0;         // window tokens run per second
+  int64_t kv_bytes = 0;              // cache bytes at the end of the last window
   double kv_bits_per_element = 0.0;  // kv_bytes * 8 / (2 * held tokens * head_dim, all heads)
 };
 

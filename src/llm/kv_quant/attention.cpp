@@ -140,7 +140,8 @@ class RowReader {
         g_ = 1;
         row_ = code;
         scl_.resize(static_cast<size_t>(d)), mn_.resize(scl_.size());
-        for (int64_t c = 0; c < d; ++c) scl_[c] = half(base_ + c * 4), mn_[c] = half(base_ + c * 4 + 2);
+        for (int64_t c = 0; c < d; ++c)
+          scl_[c] = half(base_ + c * 4), mn_[c] = half(base_ + c * 4 + 2);
         base_ += d * 4;
         break;
       }

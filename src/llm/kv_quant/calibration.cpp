@@ -72,7 +72,8 @@ std::vector<uint8_t> qokv_select(std::span<const float> importance,
   for (int64_t j = 0; j < g; ++j) {
     acc += f[j];
     const int64_t hi =
-        j + 1 == g ? n : std::clamp<int64_t>(std::llround(acc / sum * static_cast<double>(n)), lo, n);
+        j + 1 == g ? n
+                   : std::clamp<int64_t>(std::llround(acc / sum * static_cast<double>(n)), lo, n);
     idx.resize(static_cast<size_t>(hi - lo));
     std::iota(idx.begin(), idx.end(), lo);
     const int64_t k = std::min<int64_t>(per_group, hi - lo);
@@ -219,8 +220,7 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
                                           int n_kv_heads, int head_dim,
                                           const QokvCalibrationOptions& o) {
   if (samples.empty()) throw InvalidArgument("calibrate_qokv_layer: no samples");
-  if (n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads != 0 || head_dim < 1 ||
-      o.groups < 1) {
+  if (n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads != 0 || head_dim < 1 || o.groups < 1) {
     throw InvalidArgument(cat("calibrate_qokv_layer: ", n_heads, " heads, ", n_kv_heads,
                               " KV heads, head_dim ", head_dim, ", ", o.groups, " groups"));
   }
@@ -263,8 +263,9 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
       out.group_fractions[g] += dens[g] / ds / static_cast<double>(samples.size());
     }
   }
-  // B: channel scales per KV head, on the first sample's rows (at most kSearchRows, strided; keys: the QK^T error of the last
-  // search_queries queries of the group's heads; values: the rows' own error).
+  // B: channel scales per KV head, on the first sample's rows (at most kSearchRows, strided; keys:
+  // the QK^T error of the last search_queries queries of the group's heads; values: the rows' own
+  // error).
   out.k_scale.resize(static_cast<size_t>(n_kv_heads));
   out.v_scale.resize(static_cast<size_t>(n_kv_heads));
   for (int h = 0; h < n_kv_heads; ++h) {
@@ -290,8 +291,8 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
       }
     }
     const int64_t n = static_cast<int64_t>(k.size()) / d;
-    out.k_scale[h] = search_scales(k, n, d, &q, static_cast<int64_t>(q.size()) / d,
-                                   o.search_steps, true);
+    out.k_scale[h] =
+        search_scales(k, n, d, &q, static_cast<int64_t>(q.size()) / d, o.search_steps, true);
     out.v_scale[h] = search_scales(v, n, d, nullptr, 0, o.search_steps, false);
   }
   return out;

@@ -114,8 +114,8 @@ QokvCalibration parse_qokv_calibration(const std::string& text, const std::strin
     for (const char* key : {"k_scale", "v_scale"}) {
       const auto& sv = field(lj, key, where, p);
       if (!sv.is_array() || static_cast<int>(sv.size()) != c.n_kv_heads) {
-        fail(where, cat("'", p, key, "' must be an array of n_kv_heads = ", c.n_kv_heads,
-                        " vectors"));
+        fail(where,
+             cat("'", p, key, "' must be an array of n_kv_heads = ", c.n_kv_heads, " vectors"));
       }
       auto& dst = key[0] == 'k' ? lc.k_scale : lc.v_scale;
       for (int h = 0; h < c.n_kv_heads; ++h) {

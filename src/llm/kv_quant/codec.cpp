@@ -224,8 +224,8 @@ int64_t kv_encoded_bytes(const KvQuantFormat& f, int64_t n, int64_t d,
     case KvCodec::kSymmetric: {
       if (!f.mixed) return n * sym_row_bytes(f.bits, d);
       if (static_cast<int64_t>(wide.size()) != n) {
-        throw InvalidArgument(cat("kv_encoded_bytes: mixed rows need a bitmap of ", n,
-                                  " flags, got ", wide.size()));
+        throw InvalidArgument(
+            cat("kv_encoded_bytes: mixed rows need a bitmap of ", n, " flags, got ", wide.size()));
       }
       int64_t bytes = (n + 7) / 8;
       for (int64_t s = 0; s < n; ++s) bytes += sym_row_bytes(wide[s] ? 8 : 4, d);
@@ -276,7 +276,8 @@ void kv_encode(const KvQuantFormat& f, const float* x, int64_t n, int64_t d,
       std::vector<float> inv(static_cast<size_t>(d)), mns(static_cast<size_t>(d));
       for (int64_t c = 0; c < d; ++c) {
         float mn = n > 0 ? x[c] : 0.0f, mx = mn;
-        for (int64_t s = 0; s < n; ++s) mn = std::min(mn, x[s * d + c]), mx = std::max(mx, x[s * d + c]);
+        for (int64_t s = 0; s < n; ++s)
+          mn = std::min(mn, x[s * d + c]), mx = std::max(mx, x[s * d + c]);
         const float mn16 = f16_to_f32(f32_to_f16(mn));
         const float scale = f16_to_f32(f32_to_f16((mx - mn16) / qmax));
         put_f16(out + c * 4, scale);

@@ -51,8 +51,8 @@ void quantize_old_blocks(KvCache& cache, const KvQuantFormat& kq, const KvQuantF
             }
           }
         }
-        out.push_back(kv_make_block(cache, kq, vq, k.data(), v.data(), b.positions, {},
-                                    sc != nullptr));
+        out.push_back(
+            kv_make_block(cache, kq, vq, k.data(), v.data(), b.positions, {}, sc != nullptr));
       }
       cache.replace_blocks(l, h, std::move(out));
     }
@@ -78,9 +78,9 @@ class BlockQuantPolicy final : public KvPolicy {
 };
 
 struct QokvSettings {
-  double ratio = 0.1;    // fraction of prompt tokens with 8-bit keys
-  int groups = 10;       // contiguous groups when there is no calibration
-  int window = 32;       // observed queries
+  double ratio = 0.1;     // fraction of prompt tokens with 8-bit keys
+  int groups = 10;        // contiguous groups when there is no calibration
+  int window = 32;        // observed queries
   int64_t residual = 32;  // decode tokens kept f32
   std::shared_ptr<const QokvCalibration> calibration;
 };
@@ -157,13 +157,14 @@ class QokvPolicy final : public KvPolicy {
         }
         if (pos.empty()) continue;
         if (seen.empty() && !warned) {
-          log().warn("qokv: no queries were observed for layer {}; importance is 0, so the "
-                          "8-bit keys fall on the first tokens of each group", l);
+          log().warn(
+              "qokv: no queries were observed for layer {}; importance is 0, so the "
+              "8-bit keys fall on the first tokens of each group",
+              l);
           warned = true;
         }
         seen.clear();
-        const std::vector<double> fr =
-            lc != nullptr ? lc->group_fractions : std::vector<double>{};
+        const std::vector<double> fr = lc != nullptr ? lc->group_fractions : std::vector<double>{};
         const std::vector<uint8_t> wide =
             qokv_select(imp, fr, s_.ratio, lc != nullptr ? static_cast<int>(fr.size()) : s_.groups);
         if (sc != nullptr) {
@@ -179,8 +180,7 @@ class QokvPolicy final : public KvPolicy {
           const size_t n = std::min<size_t>(cs.block_tokens, pos.size() - s);
           out.push_back(kv_make_block(cache, kq, vq, kk.data() + s * d, vv.data() + s * d,
                                       std::span<const int32_t>(pos).subspan(s, n),
-                                      std::span<const uint8_t>(wide).subspan(s, n),
-                                      sc != nullptr));
+                                      std::span<const uint8_t>(wide).subspan(s, n), sc != nullptr));
         }
         cache.replace_blocks(l, h, std::move(out));
       }
@@ -209,8 +209,7 @@ double extra_number(const KvPolicyOptions& o, const std::string& key, double fal
     if (used != it->second.size()) throw std::invalid_argument("trailing");
     return v;
   } catch (const std::exception&) {
-    throw InvalidArgument(
-        cat(policy, ": setting ", key, "='", it->second, "' is not a number"));
+    throw InvalidArgument(cat(policy, ": setting ", key, "='", it->second, "' is not a number"));
   }
 }
 
@@ -224,8 +223,8 @@ KvPolicyFactory block_factory(std::string name, KvQuantFormat kq, KvQuantFormat 
 }
 
 constexpr KvQuantFormat affine(int bits, int group) {
-  return KvQuantFormat{KvCodec::kAffine, static_cast<uint8_t>(bits),
-                       static_cast<uint16_t>(group), false};
+  return KvQuantFormat{KvCodec::kAffine, static_cast<uint8_t>(bits), static_cast<uint16_t>(group),
+                       false};
 }
 
 const KvPolicyRegistration kInt8("int8", "uniform int8 K and V per token (scale + zero)",
@@ -247,7 +246,8 @@ const KvPolicyRegistration kKivi4(
 
 const KvPolicyRegistration kQokv(
     "qokv",
-    "QoKV: top-10% tokens by window attention per calibrated group keep 8-bit K, rest 4-bit; V 4-bit",
+    "QoKV: top-10% tokens by window attention per calibrated group keep 8-bit K, rest 4-bit; V "
+    "4-bit",
     [](const KvPolicyOptions& o, const KvCacheShape& shape) -> std::shared_ptr<KvPolicy> {
       QokvSettings s;
       s.ratio = extra_number(o, "ratio", s.ratio, "qokv");
