@@ -25,7 +25,6 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -168,32 +167,24 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
   kopt.calibration_path = o.kv_calibration;
   const llm::KvCacheShape shape = model.make_cache().shape();
   auto policy = llm::make_kv_policy(o.kv_policy, kopt, shape);
-  llm::KvCache cache = model.make_cache(policy);
+  llm::KvCache cache = model.make_cache(llm::observed_policy(policy));
   Progress progress(!o.no_progress);
   progress.update(cat("bench-llm: prefill ", prompt.size(), " tokens"));
   int32_t tok = 0;
-  std::optional<llm::ScopedAttentionTap> tap;
-  const int w = policy->query_window();
   const int n = static_cast<int>(prompt.size());
   std::vector<int32_t> pos(prompt.size());
   for (int i = 0; i < n; ++i) pos[i] = i;
   const auto t0 = Clock::now();
   for (int b = 0; b < n; b += o.batch) {
     const int len = std::min(o.batch, n - b);
-    if (w > 0 && b + len == n) {  // the policy sees the prompt's last w queries
-      tap.emplace(
-          [&](const llm::KvCache& kc, int layer, const Tensor& q, std::span<const int32_t> qp) {
-            const int64_t rows = q.size(0), keep = std::min<int64_t>(w, rows);
-            policy->observe_queries(kc, layer, q.slice(0, rows - keep, rows).contiguous(),
-                                    qp.subspan(static_cast<size_t>(rows - keep)), true);
-          });
-    }
+    const auto ids = std::span<const int32_t>(prompt).subspan(b, len);
+    const auto ps = std::span<const int32_t>(pos).subspan(b, len);
+    // The last batch: the policy sees the prompt's last query_window() queries.
     const Tensor logits =
-        model.forward(std::span<const int32_t>(prompt).subspan(b, len),
-                      std::span<const int32_t>(pos).subspan(b, len), cache, {.last_only = true});
+        b + len == n ? llm::forward_prefill_observed(model, ids, ps, cache, {.last_only = true})
+                     : model.forward(ids, ps, cache, {.last_only = true});
     tok = argmax(logits);
   }
-  tap.reset();
   const double prefill_s = since(t0);
   const auto t1 = Clock::now();
   policy->on_prefill_done(cache);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -69,8 +68,8 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
   r.text_tokens = n;
   double nll = 0.0, nll2 = 0.0;
   int64_t count = 0;
-  KvCache cache = model.make_cache(o.kv_policy);
-  KvPolicy* policy = o.kv_policy.get();
+  KvCache cache = model.make_cache(o.kv_policy ? observed_policy(o.kv_policy) : nullptr);
+  KvPolicy* policy = o.kv_policy ? &cache.policy() : nullptr;
   std::vector<int32_t> window(static_cast<size_t>(o.ctx)), positions(static_cast<size_t>(o.ctx));
   for (int j = 0; j < o.ctx; ++j) positions[j] = j;
   std::vector<double> row_nll(static_cast<size_t>(o.ctx));
@@ -93,20 +92,11 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
     }
     for (const auto& [b, len] : steps) {
       const bool last_prefill = policy != nullptr && b + len == prefill_end;
-      const int w = last_prefill ? policy->query_window() : 0;
-      std::optional<ScopedAttentionTap> tap;
-      if (w > 0) {  // hand the policy the queries of the prompt's last w rows
-        tap.emplace(
-            [&, w](const KvCache& kc, int layer, const Tensor& q, std::span<const int32_t> pos) {
-              const int64_t rows = q.size(0), keep = std::min<int64_t>(w, rows);
-              policy->observe_queries(kc, layer, q.slice(0, rows - keep, rows).contiguous(),
-                                      pos.subspan(static_cast<size_t>(rows - keep)), true);
-            });
-      }
-      const Tensor logits =
-          model.forward(std::span<const int32_t>(window).subspan(b, len),
-                        std::span<const int32_t>(positions).subspan(b, len), cache);
-      tap.reset();
+      const auto tok = std::span<const int32_t>(window).subspan(b, len);
+      const auto pos = std::span<const int32_t>(positions).subspan(b, len);
+      // The last prefill batch: the policy sees the prompt's last query_window() queries.
+      const Tensor logits = last_prefill ? forward_prefill_observed(model, tok, pos, cache)
+                                         : model.forward(tok, pos, cache);
       if (policy != nullptr) {
         if (last_prefill) {
           policy->on_prefill_done(cache);

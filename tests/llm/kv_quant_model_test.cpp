@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -113,6 +114,35 @@ TEST(KvQuantModel, TapSeesEveryLayerAndCalibrationRunsOnRecordedQueries) {
   const int32_t p = 64, tok = 3;
   m.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true});
   EXPECT_TRUE(q[0].empty());
+}
+
+// Counts the prefill query deliveries per layer.
+class CountingPolicy final : public KvPolicy {
+ public:
+  std::string name() const override { return "counting"; }
+  int query_window() const override { return 8; }
+  void observe_queries(const KvCache&, int layer, const Tensor& q, std::span<const int32_t> pos,
+                       bool prefill) override {
+    EXPECT_TRUE(prefill);
+    EXPECT_EQ(q.size(0), 8);
+    EXPECT_EQ(pos.back(), 39);
+    ++calls[layer];
+  }
+  std::map<int, int> calls;
+};
+
+TEST(KvQuantModel, PrefillQueriesReachThePolicyExactlyOncePerLayer) {
+  // Whether or not the model calls observe_queries itself, forward_prefill_observed delivers the
+  // window once per layer.
+  const Model m = Model::load(write_tiny());
+  auto counting = std::make_shared<CountingPolicy>();
+  KvCache cache = m.make_cache(observed_policy(counting));
+  const auto ids = tokens(40);
+  std::vector<int32_t> pos(ids.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  forward_prefill_observed(m, ids, pos, cache, {.last_only = true});
+  EXPECT_EQ(counting->calls, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(cache.policy().name(), "counting");
 }
 
 }  // namespace
