@@ -76,24 +76,49 @@ TANDEM_KVQ_CLONES void decode_block32(int bits, const uint8_t* r, int64_t d, flo
   }
 }
 
-// Unsigned codes of `bits` bits times scale[g] plus min[g] for groups of g channels; the scale
-// and min pairs come from `sm` ([scale, min] f16 per group, stride `sm_stride` bytes per group).
-TANDEM_KVQ_CLONES void decode_affine(int bits, const uint8_t* codes, const float* scl,
-                                     const float* mn, int64_t g, int64_t d, float* x) {
+// Unsigned codes of `bits` bits (element i at bit i*bits) as floats: straight loops over whole
+// bytes (2 or 4 codes each) so they vectorise; x needs room for d rounded up to 4.
+TANDEM_KVQ_CLONES void unpack_codes(int bits, const uint8_t* codes, int64_t d, float* x) {
   if (bits == 8) {
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) x[i] = mn[i / g] + scl[i / g] * static_cast<float>(codes[i]);
+    for (int64_t i = 0; i < d; ++i) x[i] = static_cast<float>(codes[i]);
   } else if (bits == 4) {
+    const int64_t n = (d + 1) / 2;
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) {
-      x[i] = mn[i / g] + scl[i / g] * static_cast<float>((codes[i / 2] >> ((i & 1) * 4)) & 15);
+    for (int64_t j = 0; j < n; ++j) {
+      x[2 * j] = static_cast<float>(codes[j] & 15);
+      x[2 * j + 1] = static_cast<float>(codes[j] >> 4);
     }
   } else {
+    const int64_t n = (d + 3) / 4;
 #pragma omp simd
-    for (int64_t i = 0; i < d; ++i) {
-      x[i] = mn[i / g] + scl[i / g] * static_cast<float>((codes[i / 4] >> ((i & 3) * 2)) & 3);
+    for (int64_t j = 0; j < n; ++j) {
+      x[4 * j] = static_cast<float>(codes[j] & 3);
+      x[4 * j + 1] = static_cast<float>((codes[j] >> 2) & 3);
+      x[4 * j + 2] = static_cast<float>((codes[j] >> 4) & 3);
+      x[4 * j + 3] = static_cast<float>(codes[j] >> 6);
     }
   }
+}
+
+// x = min + scale * code with one (scale, min) per group of g channels.
+TANDEM_KVQ_CLONES void decode_affine(int bits, const uint8_t* codes, const float* scl,
+                                     const float* mn, int64_t g, int64_t d, float* x) {
+  unpack_codes(bits, codes, d, x);
+  for (int64_t lo = 0, j = 0; lo < d; lo += g, ++j) {
+    const int64_t hi = std::min(d, lo + g);
+    const float s = scl[j], m = mn[j];
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) x[i] = m + s * x[i];
+  }
+}
+
+// x = min[c] + scale[c] * code per channel (KIVI keys).
+TANDEM_KVQ_CLONES void decode_channel(int bits, const uint8_t* codes, const float* scl,
+                                      const float* mn, int64_t d, float* x) {
+  unpack_codes(bits, codes, d, x);
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) x[i] = mn[i] + scl[i] * x[i];
 }
 
 TANDEM_KVQ_CLONES float dot(const float* a, const float* b, int64_t d) {
@@ -178,7 +203,7 @@ class RowReader {
         return tmp;
       }
       case KvCodec::kChannel:
-        decode_affine(f_.bits, base_ + s * row_, scl_.data(), mn_.data(), 1, d_, tmp);
+        decode_channel(f_.bits, base_ + s * row_, scl_.data(), mn_.data(), d_, tmp);
         return tmp;
     }
     return tmp;
@@ -226,7 +251,7 @@ void cache_attention_quantized(const Tensor& q, std::span<const int32_t> positio
     std::vector<float> scores(static_cast<size_t>(group * bt));
     std::vector<float> acc(static_cast<size_t>(group * d)), acc_s(acc.size());
     std::vector<float> qs(static_cast<size_t>(group * d)), m(group), sum(group);
-    std::vector<float> kt(static_cast<size_t>(d)), vt(static_cast<size_t>(d));
+    std::vector<float> kt(static_cast<size_t>(d + 4)), vt(static_cast<size_t>(d + 4));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t t = item / hkv;
