@@ -11,6 +11,11 @@
 // decode's share of the memory-bandwidth bound: bytes a decode step must read (every weight
 // matrix once, one embedding row, the KV cache at the mean decode length) times decode tokens/s,
 // divided by a STREAM-triad bandwidth measured on the same threads.
+// With --kv-policy NAME (a KV policy or '+' chain, kv_policy_registry.h) it measures decode at
+// long context instead: the prompt is prefilled once, the policy runs (on_prefill_done: e.g. the
+// cache is quantized), then -r segments of --gen decode steps continue the sequence (each step
+// followed by on_decode_step), one segment of 4 steps first as warm-up; decode tokens/s per
+// segment, KV bytes and bits/element after the prefill. `--kv-policy full` is the f32 baseline.
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +37,8 @@
 #include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
 #include "tandem/core/profiler.h"
+#include "tandem/llm/kv_policy_registry.h"
+#include "tandem/llm/kv_quant.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/model_store.h"
 #include "tandem/llm/synthetic_model.h"
@@ -52,6 +59,8 @@ struct BenchLlmOptions {
   bool int8 = false;
   std::string output = "md";
   bool no_progress = false;
+  std::string kv_policy;  // non-empty: long-context decode with this policy
+  std::string kv_calibration;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -151,6 +160,87 @@ std::string synthetic_model_path(const std::string& spec, const std::string& dty
   return file.string();
 }
 
+// Long-context decode with a KV policy (see the file comment).
+int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const std::string& path,
+                     const std::vector<int32_t>& prompt) {
+  llm::KvPolicyOptions kopt;
+  kopt.calibration_path = o.kv_calibration;
+  const llm::KvCacheShape shape = model.make_cache().shape();
+  auto policy = llm::make_kv_policy(o.kv_policy, kopt, shape);
+  llm::KvCache cache = model.make_cache(llm::observed_policy(policy));
+  Progress progress(!o.no_progress);
+  progress.update(cat("bench-llm: prefill ", prompt.size(), " tokens"));
+  int32_t tok = 0;
+  const int n = static_cast<int>(prompt.size());
+  std::vector<int32_t> pos(prompt.size());
+  for (int i = 0; i < n; ++i) pos[i] = i;
+  const auto t0 = Clock::now();
+  for (int b = 0; b < n; b += o.batch) {
+    const int len = std::min(o.batch, n - b);
+    const auto ids = std::span<const int32_t>(prompt).subspan(b, len);
+    const auto ps = std::span<const int32_t>(pos).subspan(b, len);
+    // The last batch: the policy sees the prompt's last query_window() queries.
+    const Tensor logits =
+        b + len == n ? llm::forward_prefill_observed(model, ids, ps, cache, {.last_only = true})
+                     : model.forward(ids, ps, cache, {.last_only = true});
+    tok = argmax(logits);
+  }
+  const double prefill_s = since(t0);
+  const auto t1 = Clock::now();
+  policy->on_prefill_done(cache);
+  const double policy_s = since(t1);
+  const llm::KvStorageStats st = llm::kv_storage_stats(cache);
+  int32_t p = n;
+  auto decode = [&](int steps) {
+    const auto td = Clock::now();
+    for (int i = 0; i < steps; ++i, ++p) {
+      const Tensor logits =
+          model.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .int8_activations = o.int8});
+      tok = argmax(logits);
+      policy->on_decode_step(cache);
+    }
+    return since(td);
+  };
+  progress.update("bench-llm: decode warm-up");
+  decode(4);
+  std::vector<double> tps;
+  for (int r = 0; r < o.repetitions; ++r) {
+    progress.update(cat("bench-llm: decode segment ", r + 1, "/", o.repetitions));
+    tps.push_back(o.gen / decode(o.gen));
+  }
+  progress.update("");
+  const SampleStats dc = stats_of(tps);
+  if (o.output == "json") {
+    const nlohmann::json j = {{"schema_version", 1},
+                              {"kind", "bench_llm_kv_policy"},
+                              {"build", build_info_json()},
+                              {"system", system_json()},
+                              {"params",
+                               {{"model", path},
+                                {"kv_policy", o.kv_policy},
+                                {"kv_calibration", o.kv_calibration},
+                                {"prompt_tokens", n},
+                                {"gen", o.gen},
+                                {"repetitions", o.repetitions},
+                                {"threads", cpu_num_threads()},
+                                {"int8", o.int8}}},
+                              {"results",
+                               {{"prefill_s", prefill_s},
+                                {"policy_s", policy_s},
+                                {"decode_tokens_per_s", stat_json(tps)},
+                                {"kv_bytes_after_prefill", st.bytes},
+                                {"kv_bits_per_element", st.bits_per_element}}}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf(
+      "| kv policy | context | prefill s | policy s | decode tok/s | +/- | KV MiB | "
+      "KV bits/elem |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| %s | %d | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f |\n", o.kv_policy.c_str(), n,
+              prefill_s, policy_s, dc.mean, dc.stddev, st.bytes / 1048576.0, st.bits_per_element);
+  return 0;
+}
+
 int run_bench_llm(const BenchLlmOptions& o) {
   if (o.threads > 0) set_cpu_num_threads(o.threads);
   const int threads = cpu_num_threads();
@@ -170,6 +260,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
   std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
   for (auto& t : prompt) t = pick(rng);
 
+  if (!o.kv_policy.empty()) return run_policy_bench(o, model, path, prompt);
   Progress progress(!o.no_progress);
   llm::KvCache cache = model.make_cache();
   allocator(Device::cpu()).reset_peak();
@@ -317,6 +408,11 @@ const CommandRegistration kReg([](CLI::App& app) {
                 "Decode with int8-rounded activations and integer dot products (llama.cpp's way)");
   sub->add_option("-o,--output", o->output, "Output format")->check(CLI::IsMember({"md", "json"}));
   sub->add_flag("--no-progress", o->no_progress, "No progress line on stderr");
+  sub->add_option("--kv-policy", o->kv_policy,
+                  "Decode at long context with this KV policy after a -p token prefill (int8, "
+                  "int4, q8_0, q4_0, kivi2, kivi4, qokv, full = f32 baseline, '+' chains)");
+  sub->add_option("--kv-calibration", o->kv_calibration, "Calibration file of --kv-policy")
+      ->check(CLI::ExistingFile);
   return Command{sub, [o] { return run_bench_llm(*o); }};
 });
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "model_path.h"
@@ -20,6 +21,7 @@
 #include "tandem/core/backend.h"
 #include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
+#include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/perplexity.h"
 #include "tandem/llm/tokenizer.h"
@@ -37,6 +39,11 @@ struct PerplexityCliOptions {
   int threads = 0;
   std::string output = "md";
   bool no_progress = false;
+  std::string kv_policy;            // empty: the plain protocol
+  std::string kv_calibration;       // QoKV / ClusterAttn calibration file
+  std::vector<std::string> kv_set;  // key=value policy settings
+  int kv_step = 32;
+  int kv_window = 32;
 };
 
 std::string read_text(const std::string& path) {
@@ -62,6 +69,20 @@ int run_perplexity(const PerplexityCliOptions& o) {
                            .chunks = o.chunks,
                            .batch = o.batch,
                            .bos_id = add_bos ? tokenizer.bos_id() : -1};
+  if (!o.kv_policy.empty()) {
+    llm::KvPolicyOptions kopt;
+    kopt.calibration_path = o.kv_calibration;
+    kopt.window = o.kv_window;
+    for (const std::string& kv : o.kv_set) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        throw InvalidArgument(cat("perplexity: --kv-set '", kv, "' is not key=value"));
+      }
+      kopt.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    p.kv_policy = llm::make_kv_policy(o.kv_policy, kopt, model.make_cache().shape());
+    p.kv_step = o.kv_step;
+  }
   llm::PerplexityResult r;
   {
     // On a terminal one "\r" line, else one line per window (logs of long runs show progress).
@@ -96,7 +117,10 @@ int run_perplexity(const PerplexityCliOptions& o) {
                                 {"chunks", o.chunks},
                                 {"batch", o.batch},
                                 {"threads", cpu_num_threads()},
-                                {"add_bos", add_bos}}},
+                                {"add_bos", add_bos},
+                                {"kv_policy", o.kv_policy.empty() ? "none" : o.kv_policy},
+                                {"kv_calibration", o.kv_calibration},
+                                {"kv_step", o.kv_step}}},
                               {"results",
                                {{"ppl", r.ppl},
                                 {"ppl_error", r.ppl_error},
@@ -106,16 +130,22 @@ int run_perplexity(const PerplexityCliOptions& o) {
                                 {"scored_tokens", r.scored_tokens},
                                 {"chunk_ppl", r.chunk_ppl},
                                 {"seconds", r.seconds},
-                                {"tokens_per_s", r.tokens_per_s}}}};
+                                {"tokens_per_s", r.tokens_per_s},
+                                {"kv_bytes", r.kv_bytes},
+                                {"kv_bits_per_element", r.kv_bits_per_element}}}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("| model | text | tokens | ctx | windows | scored | PPL | +/- | time s | tok/s |\n");
-  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::printf("| %s | %s | %lld | %d | %d | %lld | %.4f | %.5f | %.1f | %.1f |\n", name.c_str(),
-              o.file.c_str(), static_cast<long long>(r.text_tokens), o.ctx, r.n_chunks,
-              static_cast<long long>(r.scored_tokens), r.ppl, r.ppl_error, r.seconds,
-              r.tokens_per_s);
+  std::printf(
+      "| model | text | kv policy | tokens | ctx | windows | scored | PPL | +/- | KV bytes | "
+      "KV bits/elem | time s | tok/s |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| %s | %s | %s | %lld | %d | %d | %lld | %.4f | %.5f | %lld | %.2f | %.1f | %.1f |\n",
+      name.c_str(), o.file.c_str(), o.kv_policy.empty() ? "none" : o.kv_policy.c_str(),
+      static_cast<long long>(r.text_tokens), o.ctx, r.n_chunks,
+      static_cast<long long>(r.scored_tokens), r.ppl, r.ppl_error,
+      static_cast<long long>(r.kv_bytes), r.kv_bits_per_element, r.seconds, r.tokens_per_s);
   return 0;
 }
 
@@ -135,6 +165,17 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("-o,--output", o->output, "Output format")->check(CLI::IsMember({"md", "json"}));
   sub->add_flag("--no-progress", o->no_progress, "No progress on stderr");
+  sub->add_option("--kv-policy", o->kv_policy,
+                  "KV policy or '+' chain (int8, int4, q8_0, q4_0, kivi2, kivi4, qokv, full, ...): "
+                  "prefill the first half of each window, then the policy, then the rest in "
+                  "--kv-step steps");
+  sub->add_option("--kv-calibration", o->kv_calibration, "Calibration file of the policy")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--kv-set", o->kv_set, "Policy setting key=value (repeatable)");
+  sub->add_option("--kv-step", o->kv_step, "Tokens per step after the prefill (with --kv-policy)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--kv-window", o->kv_window, "Observed query window of the policy")
+      ->check(CLI::Range(1, 1 << 20));
   return Command{sub, [o] { return run_perplexity(*o); }};
 });
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/llm/kv_quant.h"
 
 namespace tandem::llm {
 
@@ -23,6 +24,7 @@ KvCache::KvCache(const KvCacheShape& shape, std::shared_ptr<KvPolicy> policy)
   }
   if (!policy_) policy_ = std::make_shared<FullCachePolicy>();
   heads_.resize(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads);
+  channel_scales_.resize(heads_.size());
 }
 
 void KvCache::store_row(KvBlock& b, int64_t slot, const float* k, const float* v) const {
@@ -88,7 +90,7 @@ void KvCache::append(int layer, const Tensor& k_rows, const Tensor& v_rows,
   for (int h = 0; h < shape_.n_kv_heads; ++h) {
     auto& list = head_blocks(layer, h);
     for (int64_t i = 0; i < t; ++i) {
-      if (list.empty() || list.back().used == shape_.block_tokens) {
+      if (list.empty() || list.back().used == shape_.block_tokens || list.back().quantized()) {
         list.push_back(new_block(shape_.dtype));
       }
       KvBlock& b = list.back();
@@ -132,7 +134,34 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
   std::vector<KvBlock> kept;
   size_t next = 0;
   int64_t base = 0;
+  std::vector<float> k, v, kk, vv;
   for (const KvBlock& b : list) {
+    if (b.quantized()) {  // kept slots are re-encoded in the block's own format
+      std::vector<int32_t> pos;
+      std::vector<uint8_t> wide;
+      const int64_t d = shape_.head_dim;
+      const uint8_t* map = static_cast<const uint8_t*>(b.k.raw_data());
+      kk.clear(), vv.clear();
+      while (next < slots.size() && slots[next] < base + b.used) {
+        const int64_t s = slots[next] - base;
+        if (pos.empty()) {  // decode once, without channel scales (kept rows stay scaled)
+          k.resize(static_cast<size_t>(b.used * d)), v.resize(k.size());
+          kv_decode(b.kq, map, b.used, d, k.data());
+          kv_decode(b.vq, static_cast<const uint8_t*>(b.v.raw_data()), b.used, d, v.data());
+        }
+        kk.insert(kk.end(), k.begin() + s * d, k.begin() + (s + 1) * d);
+        vv.insert(vv.end(), v.begin() + s * d, v.begin() + (s + 1) * d);
+        pos.push_back(b.positions[s]);
+        if (b.kq.mixed) wide.push_back((map[s / 8] >> (s % 8)) & 1);
+        ++next;
+      }
+      if (!pos.empty()) {
+        kept.push_back(
+            kv_make_block(*this, b.kq, b.vq, kk.data(), vv.data(), pos, wide, b.channel_scaled));
+      }
+      base += b.used;
+      continue;
+    }
     // Rows are copied as stored (a kept slot keeps its block's dtype, bit for bit).
     const int64_t row = dtype_row_bytes(b.dtype, shape_.head_dim);
     const auto* bk = static_cast<const uint8_t*>(b.k.raw_data());
@@ -156,6 +185,7 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
 
 void KvCache::clear() {
   for (auto& list : heads_) list.clear();
+  for (auto& s : channel_scales_) s = Tensor();
   next_position_ = 0;
 }
 
@@ -163,17 +193,63 @@ KvCache KvCache::clone(std::shared_ptr<KvPolicy> policy) const {
   KvCache c(shape_, std::move(policy));
   for (size_t i = 0; i < heads_.size(); ++i) {
     for (const KvBlock& b : heads_[i]) {
-      KvBlock o;
-      o.dtype = b.dtype;
+      KvBlock o = b;  // formats, positions, flags
       o.k = b.k.clone();
       o.v = b.v.clone();
-      o.positions = b.positions;
-      o.used = b.used;
       c.heads_[i].push_back(std::move(o));
     }
   }
+  for (size_t i = 0; i < channel_scales_.size(); ++i) {
+    if (channel_scales_[i].defined()) c.channel_scales_[i] = channel_scales_[i].clone();
+  }
   c.next_position_ = next_position_;
   return c;
+}
+
+void KvCache::replace_blocks(int layer, int head, std::vector<KvBlock> blocks) {
+  auto& list = head_blocks(layer, head);
+  for (const KvBlock& b : blocks) {
+    if (b.used < 0 || b.used > shape_.block_tokens ||
+        static_cast<int32_t>(b.positions.size()) != b.used || b.k.device() != shape_.device ||
+        b.v.device() != shape_.device) {
+      throw InvalidArgument(cat("KvCache::replace_blocks(layer ", layer, ", head ", head,
+                                "): a block of ", b.used, " slots (", b.positions.size(),
+                                " positions) does not fit blocks of ", shape_.block_tokens,
+                                " slots on ", shape_.device.to_string()));
+    }
+    for (int32_t p : b.positions) next_position_ = std::max(next_position_, p + 1);
+  }
+  list = std::move(blocks);
+}
+
+const Tensor* KvCache::channel_scales(int layer, int head) const {
+  const_cast<KvCache*>(this)->head_blocks(layer, head);  // validates
+  const Tensor& t = channel_scales_[static_cast<size_t>(layer) * shape_.n_kv_heads + head];
+  return t.defined() ? &t : nullptr;
+}
+
+void KvCache::set_channel_scales(int layer, int head, std::span<const float> k_scale,
+                                 std::span<const float> v_scale) {
+  head_blocks(layer, head);
+  const auto d = static_cast<size_t>(shape_.head_dim);
+  if (k_scale.size() != d || v_scale.size() != d) {
+    throw InvalidArgument(cat("KvCache::set_channel_scales(layer ", layer, ", head ", head,
+                              "): scales of ", k_scale.size(), " and ", v_scale.size(),
+                              " channels for head_dim ", d));
+  }
+  Tensor t = Tensor::empty({2, shape_.head_dim}, DType::kF32, Device::cpu());
+  std::copy(k_scale.begin(), k_scale.end(), t.data<float>());
+  std::copy(v_scale.begin(), v_scale.end(), t.data<float>() + d);
+  channel_scales_[static_cast<size_t>(layer) * shape_.n_kv_heads + head] = std::move(t);
+}
+
+bool KvCache::has_quantized(int layer) const {
+  for (int h = 0; h < shape_.n_kv_heads; ++h) {
+    for (const KvBlock& b : blocks(layer, h)) {
+      if (b.quantized()) return true;
+    }
+  }
+  return false;
 }
 
 int64_t KvCache::block_bytes(DType dtype) const {
@@ -185,6 +261,7 @@ int64_t KvCache::bytes() const {
   for (const auto& list : heads_) {
     for (const KvBlock& b : list) n += b.k.nbytes() + b.v.nbytes();
   }
+  for (const Tensor& s : channel_scales_) n += s.defined() ? s.nbytes() : 0;
   return n;
 }
 

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "cache_attention_widen.h"
+#include "kv_quant/attention.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
+#include "tandem/llm/kv_quant.h"
 #include "tandem/llm/model.h"
 #include "tandem/ops/ops.h"
 
@@ -98,7 +101,14 @@ void paged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
   ops::paged_attention(q, positions, kv, out, scale);
 }
 
+thread_local AttentionTap current_tap;  // kv_quant.h: ScopedAttentionTap
+
 }  // namespace
+
+ScopedAttentionTap::ScopedAttentionTap(AttentionTap tap)
+    : previous_(std::exchange(current_tap, std::move(tap))) {}
+
+ScopedAttentionTap::~ScopedAttentionTap() { current_tap = std::move(previous_); }
 
 void cache_attention(const Tensor& q, std::span<const int32_t> positions, const KvCache& cache,
                      int layer, Tensor& out, float scale) {
@@ -116,8 +126,13 @@ void cache_attention(const Tensor& q, std::span<const int32_t> positions, const 
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim;
   const int64_t group = hq / cs.n_kv_heads;
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (current_tap && cs.device.is_cpu()) current_tap(cache, layer, q, positions);
   if (!cs.device.is_cpu()) {  // the GPU kernel reads the blocks in place
     paged_cache_attention(q, positions, cache, layer, out, scale);
+    return;
+  }
+  if (cache.has_quantized(layer)) {  // packed codes: kv_quant/attention.cpp
+    cache_attention_quantized(q, positions, cache, layer, out, scale);
     return;
   }
   if (cs.dtype != DType::kF32) {  // f16 blocks: cache_attention_widen.cpp

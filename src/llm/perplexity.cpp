@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
+#include "tandem/llm/kv_quant.h"
 
 namespace tandem::llm {
 
@@ -47,6 +49,9 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
                                 " outside the vocabulary of ", c.vocab_size));
     }
   }
+  if (o.kv_policy && o.kv_step < 1) {
+    throw InvalidArgument(cat("perplexity: kv_step ", o.kv_step, " (need >= 1)"));
+  }
   if (o.bos_id >= c.vocab_size) {
     throw InvalidArgument(
         cat("perplexity: bos_id ", o.bos_id, " outside the vocabulary of ", c.vocab_size));
@@ -63,7 +68,8 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
   r.text_tokens = n;
   double nll = 0.0, nll2 = 0.0;
   int64_t count = 0;
-  KvCache cache = model.make_cache();
+  KvCache cache = model.make_cache(o.kv_policy ? observed_policy(o.kv_policy) : nullptr);
+  KvPolicy* policy = o.kv_policy ? &cache.policy() : nullptr;
   std::vector<int32_t> window(static_cast<size_t>(o.ctx)), positions(static_cast<size_t>(o.ctx));
   for (int j = 0; j < o.ctx; ++j) positions[j] = j;
   std::vector<double> row_nll(static_cast<size_t>(o.ctx));
@@ -74,11 +80,30 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
     std::copy(tokens.begin() + start, tokens.begin() + start + o.ctx, window.begin());
     if (o.bos_id >= 0) window[0] = o.bos_id;  // llama.cpp: BOS starts every window
     cache.clear();
-    for (int b = 0; b < o.ctx; b += o.batch) {
-      const int len = std::min(o.batch, o.ctx - b);
-      const Tensor logits =
-          model.forward(std::span<const int32_t>(window).subspan(b, len),
-                        std::span<const int32_t>(positions).subspan(b, len), cache);
+    // Forward passes: [0, ctx) in batches (plain), or with a policy the prefill [0, first) in
+    // batches, then [first, ctx) in steps of kv_step (see PerplexityOptions::kv_policy).
+    std::vector<std::pair<int, int>> steps;
+    const int prefill_end = policy != nullptr ? first : o.ctx;
+    for (int b = 0; b < prefill_end; b += o.batch) {
+      steps.emplace_back(b, std::min(o.batch, prefill_end - b));
+    }
+    for (int b = prefill_end; b < o.ctx; b += o.kv_step) {
+      steps.emplace_back(b, std::min(o.kv_step, o.ctx - b));
+    }
+    for (const auto& [b, len] : steps) {
+      const bool last_prefill = policy != nullptr && b + len == prefill_end;
+      const auto tok = std::span<const int32_t>(window).subspan(b, len);
+      const auto pos = std::span<const int32_t>(positions).subspan(b, len);
+      // The last prefill batch: the policy sees the prompt's last query_window() queries.
+      const Tensor logits = last_prefill ? forward_prefill_observed(model, tok, pos, cache)
+                                         : model.forward(tok, pos, cache);
+      if (policy != nullptr) {
+        if (last_prefill) {
+          policy->on_prefill_done(cache);
+        } else if (b >= prefill_end) {
+          policy->on_decode_step(cache);
+        }
+      }
       const float* rows = logits.data<float>();
       // Rows j of this batch with first <= j <= ctx - 2 predict window token j + 1.
       const int lo = std::max(b, first), hi = std::min(b + len, o.ctx - 1);
@@ -89,6 +114,9 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
         row_nll[j] = token_nll(row, tokens[start + j + 1]);
       }
     }
+    const KvStorageStats st = kv_storage_stats(cache);
+    r.kv_bytes = st.bytes;
+    r.kv_bits_per_element = st.bits_per_element;
     for (int j = first; j < o.ctx - 1; ++j) {
       nll += row_nll[j];
       nll2 += row_nll[j] * row_nll[j];

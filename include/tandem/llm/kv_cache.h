@@ -18,6 +18,14 @@
 //   for (const KvBlock& b : cache.blocks(layer, head)) { ... b.k, b.v, b.positions, b.used ... }
 //   cache.retain(layer, head, {0, 1, 7});               // keep 3 slots, free the rest
 //
+// Quantized blocks (kv_quant.h): a policy may replace a head's f32/f16 blocks by blocks whose K
+// and V are packed codes (dtype kU8, KvBlock::kq / vq say how they are encoded: per-token affine
+// int8/int4/int2, llama.cpp q8_0/q4_0, per-token symmetric with mixed 8/4-bit rows, per-channel
+// KIVI keys). Such blocks are immutable: append() starts a new f32/f16 block after them, and
+// retain() re-encodes the kept slots of a quantized block in its own format. cache_attention
+// reads the codes directly. A head may also carry per-channel scales (QoKV): blocks flagged
+// channel_scaled hold K / s_k and V / s_v.
+//
 // Policies: a KvPolicy is told when a prefill ends and may edit the cache (evict, requantize);
 // FullCachePolicy, which keeps everything, is the first one. Thread-safety: a KvCache belongs to
 // one sequence and is not shared; blocks of different heads may be read concurrently.
@@ -36,13 +44,33 @@
 
 namespace tandem::llm {
 
+// How the rows of a quantized block's K or V are encoded (byte layouts in kv_quant.h).
+enum class KvCodec : uint8_t {
+  kPlain,      // f32 / f16 rows (the block's dtype)
+  kAffine,     // per token, per group of `group` channels: f16 scale + f16 min, `bits`-bit codes
+  kBlock32,    // llama.cpp q8_0 (bits 8) / q4_0 (bits 4): 32-element blocks with an f16 scale
+  kSymmetric,  // per token: f16 absmax scale + `bits`-bit signed codes; `mixed`: 8 or 4 per slot
+  kChannel,    // per channel over the block's slots (KIVI keys): f16 scale + f16 min, codes
+};
+
+struct KvQuantFormat {
+  KvCodec codec = KvCodec::kPlain;
+  uint8_t bits = 0;    // code width: 2, 4 or 8
+  uint16_t group = 0;  // kAffine: channels per scale group (0: the whole row)
+  bool mixed = false;  // kSymmetric: a per-slot bitmap picks 8-bit (set) or 4-bit rows
+  bool operator==(const KvQuantFormat&) const = default;
+};
+
 // One block of token slots of one (layer, KV head).
 struct KvBlock {
-  DType dtype = DType::kF32;       // storage type of k and v
-  Tensor k;                        // [block_tokens, head_dim]
-  Tensor v;                        // [block_tokens, head_dim]
+  DType dtype = DType::kF32;       // storage type of k and v (kU8 for quantized blocks)
+  Tensor k;                        // [block_tokens, head_dim]; quantized: [bytes] packed codes
+  Tensor v;                        // [block_tokens, head_dim]; quantized: [bytes] packed codes
   std::vector<int32_t> positions;  // token position of slots [0, used)
   int32_t used = 0;                // slots filled
+  KvQuantFormat kq, vq;            // encodings of k and v (kPlain for f32/f16 blocks)
+  bool channel_scaled = false;     // holds K / s_k and V / s_v (KvCache::channel_scales)
+  bool quantized() const { return kq.codec != KvCodec::kPlain || vq.codec != KvCodec::kPlain; }
 };
 
 struct KvCacheShape {
@@ -119,13 +147,24 @@ class TANDEM_API KvCache {
   // them; ascending, no duplicates) of one (layer, head): they are copied into fresh blocks and
   // the old blocks are freed. InvalidArgument for bad indices.
   void retain(int layer, int head, std::span<const int64_t> slots);
+  // Replaces the blocks of one (layer, head) (e.g. by quantized ones, kv_quant.h); the old
+  // blocks are freed. InvalidArgument for blocks of another shape or device.
+  void replace_blocks(int layer, int head, std::vector<KvBlock> blocks);
+  // Per-channel scales of one (layer, head): f32 [2, head_dim] (row 0 s_k, row 1 s_v), or
+  // nullptr when none were set. set_channel_scales copies them into an allocator tensor.
+  const Tensor* channel_scales(int layer, int head) const;
+  void set_channel_scales(int layer, int head, std::span<const float> k_scale,
+                          std::span<const float> v_scale);
+  // Whether any block of the layer is quantized (cache_attention then reads codes).
+  bool has_quantized(int layer) const;
   // Drops every token (memory is freed) and resets next_position().
   void clear();
   // A deep copy (every block copied, same device) driven by `policy` (FullCachePolicy when null),
   // so that one prefilled prompt can be compressed by several policies (tandem kv-eval).
   KvCache clone(std::shared_ptr<KvPolicy> policy = nullptr) const;
 
-  // Bytes of all allocated blocks (K, V; what the allocator charged for them).
+  // Bytes of all allocated blocks (K, V, codes and scales; what the allocator charged for them)
+  // and of the channel scales.
   int64_t bytes() const;
   // Bytes of one block of the given dtype (the cache's dtype when omitted).
   int64_t block_bytes() const { return block_bytes(shape_.dtype); }
@@ -145,6 +184,7 @@ class TANDEM_API KvCache {
   KvCacheShape shape_;
   std::shared_ptr<KvPolicy> policy_;
   std::vector<std::vector<KvBlock>> heads_;  // [layer * n_kv_heads + head]
+  std::vector<Tensor> channel_scales_;       // [layer * n_kv_heads + head], empty when unset
   int32_t next_position_ = 0;
 };
 

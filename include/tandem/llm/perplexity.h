@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,18 +43,27 @@ struct PerplexityOptions {
   // Called after each window with its index (0-based), the window count and the running PPL;
   // return false to stop early (the result then covers the windows done).
   std::function<bool(int chunk, int n_chunks, double running_ppl)> on_chunk;
+  // A KV policy (eviction or quantization, kv_policy_registry.h) changes the protocol so that
+  // every scored token reads the policy's cache: each window's first half [0, ctx/2) is a prefill
+  // (the policy sees the queries of its last query_window() rows, then on_prefill_done), and the
+  // second half runs in steps of kv_step tokens, each followed by on_decode_step. Scoring is
+  // unchanged (rows ctx/2 .. ctx-2). Null: the plain protocol above.
+  std::shared_ptr<KvPolicy> kv_policy;
+  int kv_step = 32;
 };
 
 struct PerplexityResult {
-  double ppl = 0.0;               // exp(mean NLL)
-  double ppl_error = 0.0;         // one standard error of ppl (llama.cpp's "+/-")
-  double mean_nll = 0.0;          // nats per scored token
-  int64_t text_tokens = 0;        // tokens of the whole input
-  int n_chunks = 0;               // windows scored
-  int64_t scored_tokens = 0;      // n_chunks * (ctx - ctx/2 - 1)
-  std::vector<double> chunk_ppl;  // running PPL after each window (llama.cpp's "[i]x.xxxx")
-  double seconds = 0.0;           // wall time of the forward passes and scoring
-  double tokens_per_s = 0.0;      // window tokens run per second
+  double ppl = 0.0;                  // exp(mean NLL)
+  double ppl_error = 0.0;            // one standard error of ppl (llama.cpp's "+/-")
+  double mean_nll = 0.0;             // nats per scored token
+  int64_t text_tokens = 0;           // tokens of the whole input
+  int n_chunks = 0;                  // windows scored
+  int64_t scored_tokens = 0;         // n_chunks * (ctx - ctx/2 - 1)
+  std::vector<double> chunk_ppl;     // running PPL after each window (llama.cpp's "[i]x.xxxx")
+  double seconds = 0.0;              // wall time of the forward passes and scoring
+  double tokens_per_s = 0.0;         // window tokens run per second
+  int64_t kv_bytes = 0;              // cache bytes at the end of the last window
+  double kv_bits_per_element = 0.0;  // kv_bytes * 8 / (2 * held tokens * head_dim, all heads)
 };
 
 // InvalidArgument for ctx < 4, batch < 1, chunks == 0 or < -1, a ctx beyond the model's context

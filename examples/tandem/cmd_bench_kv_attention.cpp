@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tandem bench-kv-attention`: decode-step attention over a long cache, f32 against each KV
+// policy's format, timed interleaved (f32, policy, f32, policy, ...) in one process so that load
+// from other programs hits both alike; reports the per-step time of each and their ratio. The
+// cache has SmolLM2-135M's attention shape (3 KV heads x 64, 9 query heads) and random keys and
+// values; --layers layers are attended per step, as a decode step of that many layers would.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "report.h"
+#include "tandem/core/backend.h"
+#include "tandem/core/error.h"
+#include "tandem/llm/kv_policy_registry.h"
+#include "tandem/llm/kv_quant.h"
+#include "tandem/llm/model.h"
+
+namespace tandem::cli {
+namespace {
+
+struct BenchKvAttentionOptions {
+  std::string policies = "int8,q8_0,int4,q4_0,kivi4,kivi2,qokv";
+  int context = 8192;
+  int layers = 4;
+  int repetitions = 20;
+  int threads = 0;
+};
+
+llm::KvCache make_filled(const llm::KvCacheShape& s, std::shared_ptr<llm::KvPolicy> policy,
+                         int context) {
+  llm::KvCache cache(s, std::move(policy));
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<int32_t> pos(static_cast<size_t>(context));
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<float> k(static_cast<size_t>(context) * s.n_kv_heads * s.head_dim), v(k.size());
+  for (int l = 0; l < s.n_layers; ++l) {
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    cache.append(l, Tensor::from_vector(k, {context, s.n_kv_heads, s.head_dim}, DType::kF32),
+                 Tensor::from_vector(v, {context, s.n_kv_heads, s.head_dim}, DType::kF32), pos);
+  }
+  return cache;
+}
+
+int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
+  if (o.threads > 0) set_cpu_num_threads(o.threads);
+  llm::KvCacheShape s;
+  s.n_layers = o.layers;
+  s.n_kv_heads = 3;
+  s.head_dim = 64;
+  const int n_heads = 9;
+  llm::KvCache ref = make_filled(s, nullptr, o.context);
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qv(static_cast<size_t>(n_heads) * s.head_dim);
+  for (float& x : qv) x = nd(rng);
+  const Tensor q = Tensor::from_vector(qv, {1, n_heads, s.head_dim}, DType::kF32);
+  const int32_t qpos = o.context;
+  Tensor out = Tensor::empty({1, n_heads, s.head_dim}, DType::kF32);
+  auto step = [&](const llm::KvCache& c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int l = 0; l < s.n_layers; ++l) llm::cache_attention(q, {&qpos, 1}, c, l, out);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::printf(
+      "| policy | context | f32 ms/step | policy ms/step | policy / f32 time | f32 MiB | "
+      "policy MiB | bits/elem |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::stringstream list(o.policies);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    auto policy = llm::make_kv_policy(name, {}, s);
+    llm::KvCache cache = make_filled(s, policy, o.context);
+    if (policy->query_window() > 0) {  // the last 32 rows as the observed window
+      std::vector<int32_t> wpos(32);
+      std::iota(wpos.begin(), wpos.end(), o.context - 32);
+      std::vector<float> w(static_cast<size_t>(32) * n_heads * s.head_dim);
+      for (float& x : w) x = nd(rng);
+      const Tensor wq = Tensor::from_vector(w, {32, n_heads, s.head_dim}, DType::kF32);
+      for (int l = 0; l < s.n_layers; ++l) policy->observe_queries(cache, l, wq, wpos, true);
+    }
+    policy->on_prefill_done(cache);
+    step(ref), step(cache);  // warm-up
+    std::vector<double> tf, tq;
+    for (int r = 0; r < o.repetitions; ++r) {
+      tf.push_back(step(ref));
+      tq.push_back(step(cache));
+    }
+    const double mf = stats_of(tf).p50, mq = stats_of(tq).p50;
+    const llm::KvStorageStats st = llm::kv_storage_stats(cache);
+    std::printf("| %s | %d | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", name.c_str(), o.context,
+                mf * 1e3, mq * 1e3, mq / mf, ref.bytes() / 1048576.0, st.bytes / 1048576.0,
+                st.bits_per_element);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+const CommandRegistration kReg([](CLI::App& app) {
+  auto o = std::make_shared<BenchKvAttentionOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "bench-kv-attention",
+      "Decode attention over a long cache: f32 vs quantized KV policies, interleaved timing");
+  sub->add_option("--policies", o->policies, "Comma-separated KV policies");
+  sub->add_option("-c,--context", o->context, "Cached tokens")->check(CLI::Range(32, 1 << 20));
+  sub->add_option("--layers", o->layers, "Layers attended per step")->check(CLI::Range(1, 128));
+  sub->add_option("-r,--repetitions", o->repetitions, "Timed steps of each (median reported)")
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
+      ->check(CLI::NonNegativeNumber);
+  return Command{sub, [o] { return run_bench_kv_attention(*o); }};
+});
+
+}  // namespace
+}  // namespace tandem::cli

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// Quantized KvBlocks: building one from f32 rows, reading one back, and the cache's measured
+// bits per element (see kv_quant.h).
+#include <cstring>
+
+#include "tandem/core/error.h"
+#include "tandem/llm/kv_quant.h"
+
+namespace tandem::llm {
+namespace {
+
+void rows_of(const KvBlock& b, const Tensor& t, const KvQuantFormat& f, int64_t d,
+             std::vector<float>& out) {
+  out.resize(static_cast<size_t>(b.used * d));
+  if (f.codec != KvCodec::kPlain) {
+    kv_decode(f, static_cast<const uint8_t*>(t.raw_data()), b.used, d, out.data());
+  } else if (b.dtype == DType::kF32) {
+    std::memcpy(out.data(), t.raw_data(), out.size() * sizeof(float));
+  } else if (b.dtype == DType::kF16) {
+    const auto* h = static_cast<const uint16_t*>(t.raw_data());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = f16_to_f32(h[i]);
+  } else {
+    throw Unsupported(cat("kv_block_rows: blocks of dtype ", dtype_name(b.dtype)));
+  }
+}
+
+}  // namespace
+
+void kv_block_rows(const KvCache& cache, int layer, int head, const KvBlock& b,
+                   std::vector<float>& k, std::vector<float>& v) {
+  if (!b.k.device().is_cpu()) throw Unsupported("kv_block_rows: blocks on a GPU");
+  const int64_t d = cache.shape().head_dim;
+  // Quantized blocks keep their K and V in one dtype-kU8 tensor each.
+  rows_of(b, b.k, b.kq, d, k);
+  rows_of(b, b.v, b.vq, d, v);
+  if (!b.channel_scaled) return;
+  const Tensor* s = cache.channel_scales(layer, head);
+  if (s == nullptr) {
+    throw InvalidArgument(cat("kv_block_rows: block of (layer ", layer, ", head ", head,
+                              ") is channel-scaled but the cache has no scales"));
+  }
+  const float* sk = s->data<float>();
+  const float* sv = sk + d;
+  for (int32_t r = 0; r < b.used; ++r) {
+    for (int64_t i = 0; i < d; ++i) {
+      k[r * d + i] *= sk[i];
+      v[r * d + i] *= sv[i];
+    }
+  }
+}
+
+KvBlock kv_make_block(const KvCache& cache, const KvQuantFormat& kq, const KvQuantFormat& vq,
+                      const float* k, const float* v, std::span<const int32_t> positions,
+                      std::span<const uint8_t> k_wide, bool channel_scaled) {
+  const KvCacheShape& cs = cache.shape();
+  if (!cs.device.is_cpu()) {
+    throw Unsupported(cat("kv_make_block: quantized KV blocks live on the CPU, the cache is on ",
+                          cs.device.to_string()));
+  }
+  if (kq.codec == KvCodec::kPlain || vq.codec == KvCodec::kPlain) {
+    throw InvalidArgument("kv_make_block: both K and V need a quantized format");
+  }
+  const auto n = static_cast<int64_t>(positions.size());
+  if (n <= 0 || n > cs.block_tokens) {
+    throw InvalidArgument(
+        cat("kv_make_block: ", n, " slots (a block holds 1..", cs.block_tokens, ")"));
+  }
+  const int64_t d = cs.head_dim;
+  KvBlock b;
+  b.dtype = DType::kU8;
+  b.kq = kq;
+  b.vq = vq;
+  b.channel_scaled = channel_scaled;
+  b.k = Tensor::empty({kv_encoded_bytes(kq, n, d, k_wide)}, DType::kU8, cs.device);
+  b.v = Tensor::empty({kv_encoded_bytes(vq, n, d)}, DType::kU8, cs.device);
+  kv_encode(kq, k, n, d, k_wide, static_cast<uint8_t*>(b.k.raw_data()));
+  kv_encode(vq, v, n, d, {}, static_cast<uint8_t*>(b.v.raw_data()));
+  b.positions.assign(positions.begin(), positions.end());
+  b.used = static_cast<int32_t>(n);
+  return b;
+}
+
+KvStorageStats kv_storage_stats(const KvCache& cache) {
+  const KvCacheShape& cs = cache.shape();
+  KvStorageStats st;
+  st.bytes = cache.bytes();
+  for (int l = 0; l < cs.n_layers; ++l) {
+    for (int h = 0; h < cs.n_kv_heads; ++h) st.elements += 2 * cache.tokens(l, h) * cs.head_dim;
+  }
+  st.bits_per_element =
+      st.elements > 0 ? 8.0 * static_cast<double>(st.bytes) / static_cast<double>(st.elements) : 0;
+  return st;
+}
+
+}  // namespace tandem::llm

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// QoKV calibration files (JSON): writing, and reading with a clear error for every malformed
+// field. See kv_quant.h.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tandem/core/error.h"
+#include "tandem/llm/kv_quant.h"
+
+namespace tandem::llm {
+namespace {
+
+constexpr const char* kFormat = "tandem-qokv-calibration";
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw InvalidArgument(cat("QoKV calibration ", where, ": ", what));
+}
+
+const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& where,
+                            const std::string& path) {
+  if (!j.is_object() || !j.contains(key)) fail(where, cat("missing field '", path, key, "'"));
+  return j.at(key);
+}
+
+int positive_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto& v = field(j, key, where, "");
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 20)) {
+    fail(where, cat("'", key, "' must be a positive integer, got ", v.dump()));
+  }
+  return v.get<int>();
+}
+
+std::vector<float> scale_vector(const nlohmann::json& v, int d, const std::string& where,
+                                const std::string& path) {
+  if (!v.is_array() || static_cast<int>(v.size()) != d) {
+    fail(where, cat("'", path, "' must be an array of ", d, " numbers"));
+  }
+  std::vector<float> out;
+  for (const auto& e : v) {
+    if (!e.is_number() || !std::isfinite(e.get<double>()) || e.get<double>() <= 0) {
+      fail(where, cat("'", path, "' holds ", e.dump(), " (scales are finite and > 0)"));
+    }
+    out.push_back(e.get<float>());
+  }
+  return out;
+}
+
+}  // namespace
+
+void save_qokv_calibration(const QokvCalibration& c, const std::string& path) {
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["version"] = 1;
+  j["model"] = c.model;
+  j["n_layers"] = c.n_layers;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["layers"] = nlohmann::json::array();
+  for (const auto& l : c.layers) {
+    j["layers"].push_back(
+        {{"group_fractions", l.group_fractions}, {"k_scale", l.k_scale}, {"v_scale", l.v_scale}});
+  }
+  std::ofstream out(path);
+  if (!out) throw IoError(cat("save_qokv_calibration: cannot write '", path, "'"));
+  out << j.dump(1) << "\n";
+  if (!out) throw IoError(cat("save_qokv_calibration: writing '", path, "' failed"));
+}
+
+QokvCalibration parse_qokv_calibration(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(where, cat("not JSON (", e.what(), ")"));
+  }
+  const auto& fmt = field(j, "format", where, "");
+  if (!fmt.is_string() || fmt.get<std::string>() != kFormat) {
+    fail(where, cat("'format' is ", fmt.dump(), ", expected \"", kFormat, "\""));
+  }
+  const auto& ver = field(j, "version", where, "");
+  if (!ver.is_number_integer() || ver.get<int>() != 1) {
+    fail(where, cat("'version' ", ver.dump(), " is not supported (1)"));
+  }
+  QokvCalibration c;
+  if (j.contains("model") && j["model"].is_string()) c.model = j["model"].get<std::string>();
+  c.n_layers = positive_int(j, "n_layers", where);
+  c.n_kv_heads = positive_int(j, "n_kv_heads", where);
+  c.head_dim = positive_int(j, "head_dim", where);
+  const auto& layers = field(j, "layers", where, "");
+  if (!layers.is_array() || static_cast<int>(layers.size()) != c.n_layers) {
+    fail(where, cat("'layers' must be an array of n_layers = ", c.n_layers, " entries"));
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = cat("layers[", l, "].");
+    const auto& lj = layers[static_cast<size_t>(l)];
+    QokvLayerCalibration lc;
+    const auto& fr = field(lj, "group_fractions", where, p);
+    if (!fr.is_array() || fr.empty() || fr.size() > 1024) {
+      fail(where, cat("'", p, "group_fractions' must be a non-empty array"));
+    }
+    double sum = 0;
+    for (const auto& e : fr) {
+      if (!e.is_number() || !std::isfinite(e.get<double>()) || e.get<double>() < 0) {
+        fail(where, cat("'", p, "group_fractions' holds ", e.dump(), " (fractions are >= 0)"));
+      }
+      lc.group_fractions.push_back(e.get<double>());
+      sum += e.get<double>();
+    }
+    if (std::fabs(sum - 1.0) > 1e-3) {
+      fail(where, cat("'", p, "group_fractions' sum to ", sum, ", not 1"));
+    }
+    for (const char* key : {"k_scale", "v_scale"}) {
+      const auto& sv = field(lj, key, where, p);
+      if (!sv.is_array() || static_cast<int>(sv.size()) != c.n_kv_heads) {
+        fail(where,
+             cat("'", p, key, "' must be an array of n_kv_heads = ", c.n_kv_heads, " vectors"));
+      }
+      auto& dst = key[0] == 'k' ? lc.k_scale : lc.v_scale;
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        dst.push_back(
+            scale_vector(sv[static_cast<size_t>(h)], c.head_dim, where, cat(p, key, "[", h, "]")));
+      }
+    }
+    c.layers.push_back(std::move(lc));
+  }
+  return c;
+}
+
+QokvCalibration load_qokv_calibration(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(cat("QoKV calibration: cannot open '", path, "'"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_qokv_calibration(ss.str(), "'" + path + "'");
+}
+
+}  // namespace tandem::llm
