@@ -167,7 +167,7 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
   kopt.calibration_path = o.kv_calibration;
   const llm::KvCacheShape shape = model.make_cache().shape();
   auto policy = llm::make_kv_policy(o.kv_policy, kopt, shape);
-  llm::KvCache cache = model.make_cache(llm::observed_policy(policy));
+  llm::KvCache cache = model.make_cache(policy);
   Progress progress(!o.no_progress);
   progress.update(cat("bench-llm: prefill ", prompt.size(), " tokens"));
   int32_t tok = 0;
@@ -179,10 +179,8 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
     const int len = std::min(o.batch, n - b);
     const auto ids = std::span<const int32_t>(prompt).subspan(b, len);
     const auto ps = std::span<const int32_t>(pos).subspan(b, len);
-    // The last batch: the policy sees the prompt's last query_window() queries.
-    const Tensor logits =
-        b + len == n ? llm::forward_prefill_observed(model, ids, ps, cache, {.last_only = true})
-                     : model.forward(ids, ps, cache, {.last_only = true});
+    // The model hands the policy each batch's last query_window() queries (observe_queries).
+    const Tensor logits = model.forward(ids, ps, cache, {.last_only = true});
     tok = argmax(logits);
   }
   const double prefill_s = since(t0);

@@ -39,7 +39,7 @@ std::shared_ptr<llm::KvPolicy> make_policy(const GenerateOptions& o, const llm::
     p.budget_ratio = b.ratio;
   }
   p.window = o.kv_window;
-  p.calibration_path = o.kv_calibration;
+  if (!o.kv_calibration.empty()) llm::set_kv_calibration(p, o.kv_calibration);
   p.seed = o.seed;
   for (const std::string& kv : o.kv_extra) {
     const size_t eq = kv.find('=');
@@ -48,7 +48,10 @@ std::shared_ptr<llm::KvPolicy> make_policy(const GenerateOptions& o, const llm::
     }
     p.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  return llm::make_kv_policy(o.kv_policy, p, model.make_cache().shape());
+  // --kv-quant NAME: a quantization scheme after the eviction policy (or alone).
+  std::string spec = o.kv_policy;
+  if (!o.kv_quant.empty()) spec = spec == "full" ? o.kv_quant : spec + "+" + o.kv_quant;
+  return llm::make_kv_policy(spec, p, model.make_cache().shape());
 }
 
 int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,

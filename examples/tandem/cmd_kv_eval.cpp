@@ -125,8 +125,9 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16));
   sub->add_option("--offset", o->offset, "Token offset of the fidelity context in the text")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--kv-calibration", o->calibration, "ClusterAttn calibration JSON")
-      ->check(CLI::ExistingFile);
+  sub->add_option("--kv-calibration", o->calibration,
+                  "Calibration file (ClusterAttn's or QoKV's), or NAME=FILE[,NAME=FILE] per "
+                  "policy, e.g. clusterattn=c.json,qokv=q.json");
   sub->add_option("--kv-extra", o->extra, "Policy setting key=value (repeatable)");
   sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
       ->check(CLI::NonNegativeNumber);

@@ -71,7 +71,7 @@ int run_perplexity(const PerplexityCliOptions& o) {
                            .bos_id = add_bos ? tokenizer.bos_id() : -1};
   if (!o.kv_policy.empty()) {
     llm::KvPolicyOptions kopt;
-    kopt.calibration_path = o.kv_calibration;
+    if (!o.kv_calibration.empty()) llm::set_kv_calibration(kopt, o.kv_calibration);
     kopt.window = o.kv_window;
     for (const std::string& kv : o.kv_set) {
       const size_t eq = kv.find('=');
@@ -169,8 +169,8 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "KV policy or '+' chain (int8, int4, q8_0, q4_0, kivi2, kivi4, qokv, full, ...): "
                   "prefill the first half of each window, then the policy, then the rest in "
                   "--kv-step steps");
-  sub->add_option("--kv-calibration", o->kv_calibration, "Calibration file of the policy")
-      ->check(CLI::ExistingFile);
+  sub->add_option("--kv-calibration", o->kv_calibration,
+                  "Calibration file of the policy, or NAME=FILE[,NAME=FILE] per chain member");
   sub->add_option("--kv-set", o->kv_set, "Policy setting key=value (repeatable)");
   sub->add_option("--kv-step", o->kv_step, "Tokens per step after the prefill (with --kv-policy)")
       ->check(CLI::Range(1, 1 << 20));

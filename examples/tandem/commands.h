@@ -53,11 +53,12 @@ struct GenerateOptions {
   int prefill_chunk = 128;
   std::string device = "cpu";  // cpu or cuda:N
   int batch = 1;  // sequences generated together (copies of the prompt, seeds seed + i)
-  std::string kv_dtype = "f32";       // KV cache storage: f32 or f16
-  std::string kv_policy = "full";     // KV policy spec (registry name or '+' chain)
-  std::string kv_budget;              // tokens per (layer, KV head) or N% of the prompt
-  int kv_window = 32;                 // observation window / recent tokens
-  std::string kv_calibration;         // calibration file (ClusterAttn, QoKV)
+  std::string kv_dtype = "f32";    // KV cache storage: f32 or f16
+  std::string kv_policy = "full";  // KV policy spec (registry name or '+' chain)
+  std::string kv_quant;            // quantization scheme appended to kv_policy (qokv, kivi2, ...)
+  std::string kv_budget;           // tokens per (layer, KV head) or N% of the prompt
+  int kv_window = 32;              // observation window / recent tokens
+  std::string kv_calibration;      // calibration file (ClusterAttn, QoKV)
   std::vector<std::string> kv_extra;  // policy settings key=value
   bool no_progress = false;
 };

@@ -143,8 +143,12 @@ int main(int argc, char** argv) {
   generate->add_option("--kv-window", go.kv_window, "Observation window / recent tokens")
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
-  generate->add_option("--kv-calibration", go.kv_calibration, "KV-policy calibration file")
-      ->check(CLI::ExistingFile);
+  generate->add_option("--kv-quant", go.kv_quant,
+                       "KV quantization scheme (int8, int4, q8_0, q4_0, kivi2, kivi4, qokv) run "
+                       "after --kv-policy: --kv-policy clusterattn --kv-quant qokv is the chain "
+                       "clusterattn+qokv");
+  generate->add_option("--kv-calibration", go.kv_calibration,
+                       "KV-policy calibration file, or NAME=FILE[,NAME=FILE] per chain member");
   generate->add_option("--kv-extra", go.kv_extra, "KV-policy setting key=value (repeatable)");
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 

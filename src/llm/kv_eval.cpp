@@ -27,14 +27,33 @@ struct Run {
   std::string policy;
   KvBudget budget;
   bool budgeted = true;  // false for "full"
-  std::string label() const { return budgeted ? budget.label() : "-"; }
+  bool fixed = false;    // a quantization-only spec: built once, without a budget
+  std::string label() const { return budgeted && !fixed ? budget.label() : "-"; }
 };
+
+// Whether a policy spec needs a budget: eviction policies refuse to be built without one, while
+// quantization-only specs (int8, qokv, ...) build and then run once, not once per budget.
+bool takes_budget(const std::string& spec, const KvEvalConfig& c) {
+  KvPolicyOptions o;
+  o.window = c.window;
+  o.extra = c.extra;
+  try {
+    make_kv_policy(spec, o, KvCacheShape{.n_layers = 1, .n_kv_heads = 1, .head_dim = 64});
+    return false;
+  } catch (const InvalidArgument&) {
+    return true;
+  }
+}
 
 std::vector<Run> runs_of(const KvEvalConfig& c) {
   std::vector<Run> runs;
   for (const std::string& p : c.policies) {
     if (p == "full") {
       runs.push_back({p, {}, false});
+      continue;
+    }
+    if (!takes_budget(p, c)) {
+      runs.push_back({p, {}, true, /*fixed=*/true});
       continue;
     }
     for (const KvBudget& b : c.budgets) runs.push_back({p, b, true});
@@ -47,7 +66,7 @@ std::shared_ptr<KvPolicy> build(const Model& model, const KvEvalConfig& c, const
   o.budget_tokens = r.budget.tokens;
   o.budget_ratio = r.budget.ratio;
   o.window = c.window;
-  o.calibration_path = c.calibration_path;
+  if (!c.calibration_path.empty()) set_kv_calibration(o, c.calibration_path);
   o.seed = c.seed;
   o.extra = c.extra;
   if (!r.budgeted) return std::make_shared<FullCachePolicy>();

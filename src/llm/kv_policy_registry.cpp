@@ -114,12 +114,44 @@ std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec, const KvPolicy
                               "' (registered: " + names_list() + ")");
       factory = it->second.factory;
     }
-    auto policy = factory(options, shape);
+    KvPolicyOptions member_options = options;
+    if (auto c = options.calibration_by_policy.find(part); c != options.calibration_by_policy.end())
+      member_options.calibration_path = c->second;
+    auto policy = factory(member_options, shape);
     if (!policy) throw InvalidArgument("KV policy '" + part + "': factory returned nothing");
     members.push_back(std::move(policy));
   }
   if (members.size() == 1) return members.front();
   return std::make_shared<ChainPolicy>(std::move(members));
+}
+
+void set_kv_calibration(KvPolicyOptions& options, const std::string& arg) {
+  size_t start = 0;
+  while (start <= arg.size()) {
+    const size_t comma = arg.find(',', start);
+    const std::string item =
+        arg.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) throw InvalidArgument("--kv-calibration '" + arg + "': empty item");
+    const size_t eq = item.find('=');
+    const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
+    const bool named = !name.empty() && name.find('/') == std::string::npos;
+    if (named) {
+      {
+        Registry& r = registry();
+        std::lock_guard lock(r.mutex);
+        if (r.entries.count(name) == 0)
+          throw InvalidArgument("--kv-calibration '" + item + "': unknown KV policy '" + name +
+                                "' (registered: " + names_list() + ")");
+      }
+      if (eq + 1 >= item.size())
+        throw InvalidArgument("--kv-calibration '" + item + "': no file after '='");
+      options.calibration_by_policy[name] = item.substr(eq + 1);
+    } else {
+      options.calibration_path = item;
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
 }
 
 std::vector<KvPolicyInfo> kv_policies() {

@@ -68,7 +68,7 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
   r.text_tokens = n;
   double nll = 0.0, nll2 = 0.0;
   int64_t count = 0;
-  KvCache cache = model.make_cache(o.kv_policy ? observed_policy(o.kv_policy) : nullptr);
+  KvCache cache = model.make_cache(o.kv_policy);
   KvPolicy* policy = o.kv_policy ? &cache.policy() : nullptr;
   std::vector<int32_t> window(static_cast<size_t>(o.ctx)), positions(static_cast<size_t>(o.ctx));
   for (int j = 0; j < o.ctx; ++j) positions[j] = j;
@@ -94,9 +94,8 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
       const bool last_prefill = policy != nullptr && b + len == prefill_end;
       const auto tok = std::span<const int32_t>(window).subspan(b, len);
       const auto pos = std::span<const int32_t>(positions).subspan(b, len);
-      // The last prefill batch: the policy sees the prompt's last query_window() queries.
-      const Tensor logits = last_prefill ? forward_prefill_observed(model, tok, pos, cache)
-                                         : model.forward(tok, pos, cache);
+      // The model hands the policy each batch's last query_window() queries (observe_queries).
+      const Tensor logits = model.forward(tok, pos, cache);
       if (policy != nullptr) {
         if (last_prefill) {
           policy->on_prefill_done(cache);

@@ -132,15 +132,14 @@ class CountingPolicy final : public KvPolicy {
 };
 
 TEST(KvQuantModel, PrefillQueriesReachThePolicyExactlyOncePerLayer) {
-  // Whether or not the model calls observe_queries itself, forward_prefill_observed delivers the
-  // window once per layer.
+  // The model hands each layer's last query_window() prefill queries to the policy, once.
   const Model m = Model::load(write_tiny());
   auto counting = std::make_shared<CountingPolicy>();
-  KvCache cache = m.make_cache(observed_policy(counting));
+  KvCache cache = m.make_cache(counting);
   const auto ids = tokens(40);
   std::vector<int32_t> pos(ids.size());
   std::iota(pos.begin(), pos.end(), 0);
-  forward_prefill_observed(m, ids, pos, cache, {.last_only = true});
+  m.forward(ids, pos, cache, {.last_only = true});
   EXPECT_EQ(counting->calls, (std::map<int, int>{{0, 1}, {1, 1}}));
   EXPECT_EQ(cache.policy().name(), "counting");
 }

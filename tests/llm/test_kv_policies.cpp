@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -368,6 +369,28 @@ TEST(KvPolicies, BadOptionsAreRejectedWithTheirName) {
   auto cache =
       crafted_cache(1, 40, keys_with_hot([](int, int) { return 0.0f; }), policy("snapkv", 8, 4));
   EXPECT_THROW(cache.policy().on_prefill_done(cache), InvalidArgument);
+}
+
+TEST(KvPolicyRegistry, CalibrationFilesPerChainMember) {
+  KvPolicyOptions o{.budget_tokens = 20, .window = 6};
+  set_kv_calibration(o, "plain.json");
+  EXPECT_EQ(o.calibration_path, "plain.json");
+  set_kv_calibration(o, "clusterattn=c.json,/dir/x=y.json");  // a path with '/' is a file
+  EXPECT_EQ(o.calibration_by_policy,
+            (std::map<std::string, std::string>{{"clusterattn", "c.json"}}));
+  EXPECT_EQ(o.calibration_path, "/dir/x=y.json");
+  EXPECT_THROW(set_kv_calibration(o, "nosuch=a.json"), InvalidArgument);
+  EXPECT_THROW(set_kv_calibration(o, "clusterattn="), InvalidArgument);
+  EXPECT_THROW(set_kv_calibration(o, "a.json,,b.json"), InvalidArgument);
+  // Only the member named in calibration_by_policy reads that file: a missing file fails the
+  // chain only when it is given to clusterattn, never to streamingllm.
+  const KvCacheShape s{.n_layers = 1, .n_kv_heads = 1, .head_dim = kDim};
+  KvPolicyOptions a{.budget_tokens = 20, .window = 6};
+  a.calibration_by_policy["streamingllm"] = "/nonexistent/calibration.json";
+  EXPECT_NO_THROW(make_kv_policy("streamingllm+clusterattn", a, s));
+  KvPolicyOptions b{.budget_tokens = 20, .window = 6};
+  b.calibration_by_policy["clusterattn"] = "/nonexistent/calibration.json";
+  EXPECT_THROW(make_kv_policy("streamingllm+clusterattn", b, s), Error);
 }
 
 TEST(KvPolicyRegistry, EvictionPoliciesAreRegisteredAndChain) {

@@ -54,9 +54,9 @@ struct KvEvalConfig {
   int continuation = 32;                         // teacher-forced decode steps scored
   std::vector<std::string> policies = {"full",      "streamingllm", "h2o",    "snapkv",
                                        "pyramidkv", "adakv",        "random", "clusterattn"};
-  std::vector<KvBudget> budgets;             // empty: 128, 256, 512, 1024 tokens and 10%, 25%, 50%
-  int window = 32;                           // observation window / recent tokens of every policy
-  std::string calibration_path;              // ClusterAttn parameters (empty: defaults)
+  std::vector<KvBudget> budgets;  // empty: 128, 256, 512, 1024 tokens and 10%, 25%, 50%
+  int window = 32;                // observation window / recent tokens of every policy
+  std::string calibration_path;   // a file or NAME=FILE,... (set_kv_calibration; empty: defaults)
   std::map<std::string, std::string> extra;  // KvPolicyOptions::extra for every policy
   std::vector<double> needle_depths = {0.1, 0.3, 0.5, 0.7, 0.9};  // empty: no needle test
   int needle_answer_tokens = 12;

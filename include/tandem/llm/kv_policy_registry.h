@@ -32,7 +32,10 @@ struct KvPolicyOptions {
   double budget_ratio = 0;       // fraction of the prompt kept when budget_tokens == 0
   int window = 32;               // observation window / recent tokens kept (policy-specific)
   std::string calibration_path;  // calibration JSON (ClusterAttn parameters, QoKV scales)
-  uint64_t seed = 0;             // for randomised policies
+  // Per-policy calibration files for chains: policy name -> file; a member found here gets this
+  // file as its calibration_path instead of the one above.
+  std::map<std::string, std::string> calibration_by_policy;
+  uint64_t seed = 0;                         // for randomised policies
   std::map<std::string, std::string> extra;  // policy-specific key=value settings
 };
 
@@ -52,6 +55,10 @@ TANDEM_API void register_kv_policy(const std::string& name, const std::string& d
 TANDEM_API std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec,
                                                     const KvPolicyOptions& options,
                                                     const KvCacheShape& shape);
+// Reads a --kv-calibration argument into `options`: a file ("calib.json", for every member) or a
+// comma-separated list of NAME=FILE ("clusterattn=c.json,qokv=q.json"), mixed as needed.
+// InvalidArgument for an empty item or a NAME that is not a registered policy.
+TANDEM_API void set_kv_calibration(KvPolicyOptions& options, const std::string& arg);
 // Registered policies, sorted by name.
 TANDEM_API std::vector<KvPolicyInfo> kv_policies();
 

@@ -102,16 +102,6 @@ class TANDEM_API ScopedAttentionTap {
   AttentionTap previous_;
 };
 
-// The last prefill forward of a prompt, making sure the cache's policy saw the queries of its
-// query_window() last rows: layers for which the model itself called observe_queries during the
-// forward are left alone; for the others the rows recorded by a ScopedAttentionTap are delivered
-// after the forward. The cache's policy must come from observed_policy() (which forwards every
-// hook to `inner` and notes the model's calls); with another policy this is a plain forward.
-TANDEM_API std::shared_ptr<KvPolicy> observed_policy(std::shared_ptr<KvPolicy> inner);
-TANDEM_API Tensor forward_prefill_observed(const Model& model, std::span<const int32_t> tokens,
-                                           std::span<const int32_t> positions, KvCache& cache,
-                                           const ForwardOptions& options = {});
-
 // Measured storage of a cache: bytes over elements (2 * tokens * head_dim over all heads).
 struct KvStorageStats {
   int64_t bytes = 0;

@@ -10,7 +10,10 @@ void observe_policy_queries(KvCache& cache, int layer, const Tensor& q3,
                             std::span<const int32_t> positions) {
   KvPolicy& policy = cache.policy();
   const int64_t t = q3.size(0);
-  const bool decode = t == 1 && policy.observes_decode_queries();
+  // One row is a decode step (generate() and kv-eval feed prompts in chunks of many rows); it goes
+  // only to policies that want decode queries.
+  const bool decode = t == 1;
+  if (decode && !policy.observes_decode_queries()) return;
   const int64_t want = decode ? 1 : std::min<int64_t>(t, policy.query_window());
   if (want <= 0) return;
   Tensor rows = q3.slice(0, t - want, t);
