@@ -90,6 +90,8 @@ class SchedDist : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
+    if (std::string(TANDEM_CLI_PATH).empty())
+      GTEST_SKIP() << "built without the tandem tool (TANDEM_BUILD_EXAMPLES=OFF)";
     if (!fs::exists(TANDEM_CLI_PATH)) GTEST_SKIP() << "no tandem binary at " << TANDEM_CLI_PATH;
     dir_ = fs::temp_directory_path() /
            ("tandem_sched_dist_" + std::to_string(::getpid()) + "_" +
