@@ -38,8 +38,7 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
     throw InvalidArgument(cat("Model::forward: cache on ", cs.device.to_string(), ", model on ",
                               device_.to_string()));
   }
-  const int64_t d = c.d_model, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
-                kv_dim = int64_t{c.n_kv_heads} * hd;
+  const int64_t d = c.d_model;
   const Device dev = device_;
   for (int64_t i = 0; i < t; ++i) {  // checked here: a device embedding kernel cannot report them
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
@@ -56,6 +55,25 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
   Tensor x = Tensor::empty({t, d}, DType::kF32, dev);
   ops::embedding(token_embd_, ids, x);
 
+  llama_layers(x, pos, positions, cache, 0, c.n_layers, options.int8_activations);
+
+  Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
+  const int64_t rows = last.size(0);
+  Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
+  ops::rms_norm(last, output_norm_, normed, ops::NormParams{.eps = c.rms_eps});
+  Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
+  ops::gemm(normed, output_, logits,
+            ops::GemmParams{.trans_b = true, .int8_activations = options.int8_activations});
+  return dev.is_cpu() ? logits : logits.to(Device::cpu());
+}
+
+void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> positions,
+                         KvCache& cache, int first, int last, bool int8_activations) const {
+  if (last <= first) return;
+  const ModelConfig& c = config_;
+  const Device dev = device_;
+  const int64_t t = x.size(0), d = c.d_model, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
+                kv_dim = int64_t{c.n_kv_heads} * hd;
   Tensor h = Tensor::empty({t, d}, DType::kF32, dev);
   Tensor q = Tensor::empty({t, q_dim}, DType::kF32, dev);
   Tensor k = Tensor::empty({t, kv_dim}, DType::kF32, dev);
@@ -67,13 +85,13 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-  const bool i8 = options.int8_activations;
+  const bool i8 = int8_activations;
   const ops::GemmParams tb{.trans_b = true, .int8_activations = i8};
   const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f, .int8_activations = i8};  // x += aW^T
   const ops::NormParams norm{.eps = c.rms_eps};
   const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};
 
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = first; l < last; ++l) {
     const LayerWeights& w = layers_[l];
     ops::rms_norm(x, w.attn_norm, h, norm);
     ops::gemm(h, w.wq, q, tb);
@@ -92,14 +110,6 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
     ops::mul(gate, up, gate);
     ops::gemm(gate, w.w_down, x, tb_acc);
   }
-
-  Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
-  const int64_t rows = last.size(0);
-  Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
-  ops::rms_norm(last, output_norm_, normed, norm);
-  Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
-  ops::gemm(normed, output_, logits, tb);
-  return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 
 }  // namespace tandem::llm

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Model::forward_layers: a contiguous range of decoder layers over one slice of a sequence, the
-// unit a pipeline stage runs (HPipe, src/llm/hpipe). The op sequence per layer is the one
-// Model::forward runs (model_forward.cpp), so a chain of ranges over the same slices reproduces the
-// single-device logits up to float rounding (GEMM blocking may differ with the row count).
+// unit a pipeline stage runs (HPipe, src/llm/hpipe). The layers run through the loop
+// Model::forward runs (Model::llama_layers in model_forward.cpp), so a chain of ranges over the
+// same slices reproduces the single-device logits up to float rounding (GEMM blocking may differ
+// with the row count).
 #include <string>
 #include <vector>
 
@@ -74,51 +75,15 @@ Tensor Model::forward_layers(const Tensor& input, std::span<const int32_t> posit
     x = input.to(dev).clone();  // the layers update x in place; the caller's tensor stays intact
   }
 
-  const int64_t hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
-                kv_dim = int64_t{c.n_kv_heads} * hd;
-  const ops::GemmParams tb{.trans_b = true};
-  const ops::NormParams norm{.eps = c.rms_eps};
-  if (last_layer > first_layer) {
-    Tensor h = Tensor::empty({t, d}, DType::kF32, dev);
-    Tensor q = Tensor::empty({t, q_dim}, DType::kF32, dev);
-    Tensor k = Tensor::empty({t, kv_dim}, DType::kF32, dev);
-    Tensor v = Tensor::empty({t, kv_dim}, DType::kF32, dev);
-    Tensor attn = Tensor::empty({t, q_dim}, DType::kF32, dev);
-    Tensor gate = Tensor::empty({t, c.d_ff}, DType::kF32, dev);
-    Tensor up = Tensor::empty({t, c.d_ff}, DType::kF32, dev);
-    Tensor q3 = q.reshape({t, int64_t{c.n_heads}, hd});
-    Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
-    Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
-    Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-    const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f};  // x += a W^T
-    const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};
-    for (int l = first_layer; l < last_layer; ++l) {
-      const LayerWeights& w = layers_[l];
-      ops::rms_norm(x, w.attn_norm, h, norm);
-      ops::gemm(h, w.wq, q, tb);
-      ops::gemm(h, w.wk, k, tb);
-      ops::gemm(h, w.wv, v, tb);
-      ops::rope(q3, pos, q3, rope);
-      ops::rope(k3, pos, k3, rope);
-      cache.append(l, k3, v3, positions);
-      cache_attention(q3, positions, cache, l, attn3);
-      ops::gemm(attn, w.wo, x, tb_acc);
-      ops::rms_norm(x, w.ffn_norm, h, norm);
-      ops::gemm(h, w.w_gate, gate, tb);
-      ops::gemm(h, w.w_up, up, tb);
-      ops::silu(gate, gate);
-      ops::mul(gate, up, gate);
-      ops::gemm(gate, w.w_down, x, tb_acc);
-    }
-  }
+  llama_layers(x, pos, positions, cache, first_layer, last_layer, /*int8_activations=*/false);
   if (!options.head) return dev.is_cpu() ? x : x.to(Device::cpu());
 
   Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
   const int64_t rows = last.size(0);
   Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
-  ops::rms_norm(last, output_norm_, normed, norm);
+  ops::rms_norm(last, output_norm_, normed, ops::NormParams{.eps = c.rms_eps});
   Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
-  ops::gemm(normed, output_, logits, tb);
+  ops::gemm(normed, output_, logits, ops::GemmParams{.trans_b = true});
   return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 

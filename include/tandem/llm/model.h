@@ -179,6 +179,12 @@ class TANDEM_API Model {
                         int first_layer, int last_layer, const LayerRangeOptions& options) const;
 
  private:
+  // Decoder layers [first, last) of a plain-RoPE llama over x f32 [T, d_model] in place (x's
+  // rows at `positions`, pos the same on the device): the loop forward() and forward_layers()
+  // share (model_forward.cpp). Appends K/V to the cache and hands queries to its policy.
+  void llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> positions,
+                    KvCache& cache, int first, int last, bool int8_activations) const;
+
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;
   Tensor token_embd_, output_norm_, output_;
