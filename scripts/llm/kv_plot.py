@@ -81,6 +81,8 @@ def main():
     contexts = sorted({r["context"] for r in rows})
     fig, axes = plt.subplots(len(contexts), 2, figsize=(12, 4.2 * len(contexts)), squeeze=False)
     policies = sorted({r["policy"] for r in rows if r["policy"] != "full"})
+    cmap = plt.get_cmap("tab20")  # more than ten policies: the default cycle would repeat colours
+    colour = {p: cmap(k % 20) for k, p in enumerate(policies)}
     for i, ctx in enumerate(contexts):
         cr = [r for r in rows if r["context"] == ctx]
         full = [r for r in cr if r["policy"] == "full"]
@@ -91,12 +93,12 @@ def main():
             acc = [r["needle_correct"] / r["needle_trials"] if r["needle_trials"] else math.nan
                    for r in pr]
             if all(r["budget"] == "-" for r in pr):  # quantization only: one point per scheme
-                axes[i][0].scatter(x, kl, marker="s", s=45, zorder=3, label=p)
-                axes[i][1].scatter(x, acc, marker="s", s=45, zorder=3, label=p)
+                axes[i][0].scatter(x, kl, marker="s", s=45, zorder=3, color=colour[p], label=p)
+                axes[i][1].scatter(x, acc, marker="s", s=45, zorder=3, color=colour[p], label=p)
             else:
                 ls = "--" if "+" in p else "-"
-                axes[i][0].plot(x, kl, marker="o", ls=ls, label=p)
-                axes[i][1].plot(x, acc, marker="o", ls=ls, label=p)
+                axes[i][0].plot(x, kl, marker="o", ls=ls, color=colour[p], label=p)
+                axes[i][1].plot(x, acc, marker="o", ls=ls, color=colour[p], label=p)
         for r in full:
             mib = r["kv_bytes"] / 1048576.0
             axes[i][0].axvline(mib, color="gray", ls=":", label="full cache")
