@@ -21,6 +21,7 @@ echo "workers $W"
 $T pipeline run --plan $D/plan.json --cluster configs/clusters/hetero3.json --key $D/other.key --workers $W --vocab 49152 --requests 1 > $D/wrongkey.out 2>&1; echo "wrongkey rc $?"
 # 3: kill -9 the mid worker 2 s into the run
 ( sleep ${KILL_AFTER:-2}; kill -9 $(cat $D/mid.pid); date +%s.%N > $D/killed_at ) &
+KILLER=$!
 $T pipeline run --plan $D/plan.json --cluster configs/clusters/hetero3.json --key $D/cluster.key --workers $W --vocab 49152 --requests 4 --verify --json $D/killed.json > $D/killed.out 2>&1; echo "killed rc $?"
-wait
-for n in fast slow; do kill $(cat $D/$n.pid) 2>/dev/null; done
+wait $KILLER
+for n in fast slow; do kill $(cat $D/$n.pid) 2>/dev/null; wait $(cat $D/$n.pid) 2>/dev/null; done
