@@ -15,76 +15,18 @@
 #include <sstream>
 #include <thread>
 
+#include "child_worker.h"
 #include "sched_test_util.h"
 #include "tandem/sched/client.h"
-
-extern char** environ;
 
 namespace tandem::sched {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ChildWorker;
 using test::expect_bit_equal;
 using test::mlp_plan;
 using test::mlp_requests;
-
-// One `tandem worker` child process; ended by pid (SIGKILL) on destruction.
-class ChildWorker {
- public:
-  ChildWorker(const fs::path& dir, const std::string& name, const std::string& key_path) {
-    ep_file_ = (dir / (name + ".ep")).string();
-    log_file_ = (dir / (name + ".log")).string();
-    std::vector<std::string> args = {
-        TANDEM_CLI_PATH, "worker",          "--listen", "tcp://127.0.0.1:0", "--key",
-        key_path,        "--endpoint-file", ep_file_,   "--threads",         "1"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, TANDEM_CLI_PATH, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw IoError("cannot spawn " + std::string(TANDEM_CLI_PATH));
-  }
-  ~ChildWorker() { kill_now(); }
-
-  // The bound endpoint, waiting up to 10 s for the worker to write it.
-  std::string endpoint() {
-    for (int i = 0; i < 500; ++i) {
-      std::ifstream in(ep_file_);
-      std::string ep;
-      if (in && std::getline(in, ep) && !ep.empty()) return ep;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        throw IoError("worker exited early; log: " + log());
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    throw IoError("worker did not write " + ep_file_ + " within 10 s");
-  }
-  void signal(int sig) {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGCONT);
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  std::string log() const {
-    std::ifstream in(log_file_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string ep_file_, log_file_;
-};
 
 class SchedDist : public ::testing::Test {
  protected:

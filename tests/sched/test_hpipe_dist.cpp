@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: Apache-2.0
+// HPipe over real worker processes: a plan of "llm.layers" stages (HPipe's plan format, token
+// slices) runs over 3 `tandem worker` processes on tcp loopback holding a cluster key; each worker
+// loads the generated LLaMA GGUF by path and checks its sha256. Checks: the logits equal
+// single-device Model::forward within f32 tolerance (max |diff| <= 1e-4 x max(1, max |logit|));
+// a worker SIGKILLed mid-run -> every request answered exactly once, bit-equal to the fault-free
+// run; a coordinator holding another key is refused (and the worker logs it). The same run on
+// the real SmolLM2 (when cached; skipped otherwise) with a Q4_1 tolerance of 1e-3.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "../src/llm/sha256.h"
+#include "child_worker.h"
+#include "tandem/llm/hpipe.h"
+#include "tandem/llm/model.h"
+#include "tandem/llm/model_store.h"
+#include "tandem/llm/synthetic_model.h"
+#include "tandem/sched/client.h"
+#include "tandem/sched/pipeline.h"
+
+namespace tandem::sched {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ChildWorker;
+
+class HpipeDist : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    suite_dir_ = fs::temp_directory_path() / ("tandem_hpipe_dist_" + std::to_string(::getpid()));
+    fs::create_directories(suite_dir_);
+    llm::SyntheticLlamaConfig c;
+    c.name = "hpipe-dist";
+    c.n_layers = 6;
+    c.d_model = 64;
+    c.d_ff = 128;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.vocab_size = 300;
+    c.context_length = 256;
+    c.weight_dtype = DType::kF32;
+    c.seed = 13;
+    model_path_ = (suite_dir_ / "tiny.gguf").string();
+    llm::write_synthetic_llama(c, model_path_);
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(suite_dir_, ec);
+  }
+  void SetUp() override {
+    if (!zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
+    if (!fs::exists(TANDEM_CLI_PATH)) GTEST_SKIP() << "no tandem binary at " << TANDEM_CLI_PATH;
+    dir_ = suite_dir_ / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::create_directories(dir_);
+    key_path_ = (dir_ / "cluster.key").string();
+    key_ = ClusterKey::generate();
+    key_.save(key_path_);
+  }
+  void TearDown() override { workers_.clear(); }
+
+  std::map<std::string, std::string> start_workers(int n) {
+    std::map<std::string, std::string> map;
+    for (int i = 0; i < n; ++i)
+      workers_.push_back(std::make_unique<ChildWorker>(dir_, "w" + std::to_string(i), key_path_));
+    for (int i = 0; i < n; ++i) map["dev" + std::to_string(i)] = workers_[i]->endpoint();
+    return map;
+  }
+  PipelineOptions options() const {
+    PipelineOptions o;
+    o.key = key_;
+    o.client.heartbeat_interval_s = 0.05;
+    o.client.heartbeat_timeout_s = 1.0;  // generous: CI runs these under sanitizers on busy cores
+    o.client.connect_timeout_s = 5.0;
+    o.run_timeout_s = 120;
+    return o;
+  }
+
+  // An HPipe plan (the planner's format: cuts, token slices, model path + sha256) over dev0..dev2,
+  // converted to the runtime's plan as `tandem pipeline run` does.
+  static PipelinePlan hpipe_plan(const std::string& model, const std::vector<int>& cuts,
+                                 const std::vector<int>& slices) {
+    llm::hpipe::PipelinePlan hp;
+    hp.system = "hpipe";
+    hp.cluster = "loopback3";
+    hp.model_path = model;
+    hp.sha256 = llm::sha256_file(model);
+    hp.prompt_len = std::accumulate(slices.begin(), slices.end(), 0);
+    hp.slices = slices;
+    for (size_t j = 0; j + 1 < cuts.size(); ++j) {
+      llm::hpipe::StagePlan s;
+      s.device = "dev" + std::to_string(j);
+      s.first_layer = cuts[j];
+      s.last_layer = cuts[j + 1];
+      s.embed = j == 0;
+      s.head = j + 2 == cuts.size();
+      hp.stages.push_back(s);
+    }
+    return PipelinePlan::from_json(hp.to_json(), "hpipe plan");
+  }
+  static std::vector<int32_t> prompt(int n, uint32_t seed, int vocab) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(n);
+    for (int32_t& t : ids) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    return ids;
+  }
+  static std::vector<Request> requests(const std::vector<std::vector<int32_t>>& prompts,
+                                       const std::vector<int>& slices) {
+    std::vector<Request> rs;
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      Request q;
+      q.id = 200 + r;
+      int off = 0;
+      for (size_t m = 0; m < slices.size(); ++m) {
+        Packet p;
+        p.tensors.push_back(Tensor::from_vector(
+            std::vector<int32_t>(prompts[r].begin() + off, prompts[r].begin() + off + slices[m]),
+            {slices[m]}, DType::kI32));
+        p.meta = {{"pos_start", off}, {"seq", m}};
+        off += slices[m];
+        q.micros.push_back(std::move(p));
+      }
+      rs.push_back(std::move(q));
+    }
+    return rs;
+  }
+  // Every request's slice logits, stacked, against Model::forward over the whole prompt.
+  static void expect_matches_forward(const std::string& model_path,
+                                     const std::vector<std::vector<int32_t>>& prompts,
+                                     const std::map<uint64_t, std::vector<Packet>>& got,
+                                     double rel_tol) {
+    const llm::Model model = llm::Model::load(model_path);
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      const auto& ids = prompts[r];
+      std::vector<int32_t> pos(ids.size());
+      std::iota(pos.begin(), pos.end(), 0);
+      llm::KvCache cache = model.make_cache();
+      const Tensor ref = model.forward(ids, pos, cache);
+      ASSERT_TRUE(got.count(200 + r)) << "request " << 200 + r << " missing";
+      const float* y = ref.data<float>();
+      const int64_t vocab = ref.size(1);
+      double max_ref = 0, max_diff = 0;
+      int64_t row = 0;
+      for (const Packet& p : got.at(200 + r)) {
+        ASSERT_EQ(p.tensors.size(), 1u);
+        const Tensor& t = p.tensors[0];
+        ASSERT_EQ(t.size(1), vocab);
+        const float* x = t.data<float>();
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const double want = y[row * vocab + i];
+          max_ref = std::max(max_ref, std::abs(want));
+          max_diff = std::max(max_diff, std::abs(double(x[i]) - want));
+        }
+        row += t.size(0);
+      }
+      EXPECT_EQ(row, static_cast<int64_t>(ids.size())) << "request " << 200 + r;
+      EXPECT_GT(max_ref, 0.0);
+      EXPECT_LE(max_diff, rel_tol * std::max(1.0, max_ref))
+          << "request " << 200 + r << ": max |diff| " << max_diff << " vs max |logit| " << max_ref;
+    }
+  }
+  static void expect_bit_equal(const std::map<uint64_t, std::vector<Packet>>& got,
+                               const std::map<uint64_t, std::vector<Packet>>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [id, ps] : want) {
+      ASSERT_TRUE(got.count(id)) << "request " << id;
+      ASSERT_EQ(got.at(id).size(), ps.size());
+      for (size_t m = 0; m < ps.size(); ++m) {
+        const Tensor& a = got.at(id)[m].tensors.at(0);
+        const Tensor& b = ps[m].tensors.at(0);
+        ASSERT_EQ(a.shape(), b.shape());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.nbytes())), 0)
+            << "request " << id << " slice " << m;
+      }
+    }
+  }
+  // dev1 slow so that slices are in flight when it dies.
+  static ClusterSpec slow_middle_cluster() {
+    ClusterSpec c;
+    for (int i = 0; i < 3; ++i) {
+      DeviceProfile d;
+      d.name = "dev" + std::to_string(i);
+      d.peak_flops = 1e10;
+      d.mem_bandwidth_bytes_per_s = 1e10;
+      d.mem_bytes = 1e9;
+      d.threads = 1;
+      d.speed_factor = i == 1 ? 0.1 : 1.0;
+      c.devices.push_back(d);
+    }
+    return c;
+  }
+
+  static fs::path suite_dir_;
+  static std::string model_path_;
+  fs::path dir_;
+  std::string key_path_;
+  ClusterKey key_;
+  std::vector<std::unique_ptr<ChildWorker>> workers_;
+};
+fs::path HpipeDist::suite_dir_;
+std::string HpipeDist::model_path_;
+
+const std::vector<int> kCuts = {0, 1, 4, 6};          // uneven layer split
+const std::vector<int> kSlices = {7, 33, 1, 23, 32};  // uneven token slices, 96 tokens
+
+TEST_F(HpipeDist, ThreeWorkerProcessesMatchSingleDeviceForward) {
+  auto map = start_workers(3);
+  const PipelinePlan plan = hpipe_plan(model_path_, kCuts, kSlices);
+  std::vector<std::vector<int32_t>> prompts = {prompt(96, 1, 300), prompt(96, 2, 300)};
+  Pipeline pipe(plan, ClusterSpec{}, map, options());
+  const RunReport r = pipe.run(requests(prompts, kSlices));
+  EXPECT_EQ(r.replans, 0);
+  EXPECT_EQ(r.final_devices, (std::vector<std::string>{"dev0", "dev1", "dev2"}));
+  expect_matches_forward(model_path_, prompts, r.outputs, 1e-4);
+}
+
+TEST_F(HpipeDist, KilledWorkerMidRunEveryAnswerOnceAndEqualToFaultFree) {
+  auto map = start_workers(3);
+  const PipelinePlan plan = hpipe_plan(model_path_, kCuts, kSlices);
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t s = 0; s < 6; ++s) prompts.push_back(prompt(96, 10 + s, 300));
+
+  Pipeline clean(plan, slow_middle_cluster(), map, options());
+  const RunReport fault_free = clean.run(requests(prompts, kSlices));
+  ASSERT_EQ(fault_free.replans, 0);
+
+  Pipeline pipe(plan, slow_middle_cluster(), map, options());
+  std::map<uint64_t, int> delivered;
+  bool killed = false;
+  const RunReport r =
+      pipe.run(requests(prompts, kSlices), [&](uint64_t id, const std::vector<Packet>&) {
+        ++delivered[id];
+        if (!killed) {
+          workers_[1]->signal(SIGKILL);
+          killed = true;
+        }
+      });
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(r.replans, 1);
+  EXPECT_GT(r.requests_rerun, 0u);
+  ASSERT_EQ(delivered.size(), prompts.size());
+  for (const auto& [id, n] : delivered) EXPECT_EQ(n, 1) << "request " << id;
+  EXPECT_EQ(std::count(r.final_devices.begin(), r.final_devices.end(), "dev1"), 0);
+  ASSERT_FALSE(r.events.empty());
+  EXPECT_NE(r.events[0].find("lost device 'dev1'"), std::string::npos) << r.events[0];
+  expect_bit_equal(r.outputs, fault_free.outputs);
+  expect_matches_forward(model_path_, prompts, r.outputs, 1e-4);
+}
+
+TEST_F(HpipeDist, CoordinatorWithAnotherKeyIsRefused) {
+  auto map = start_workers(3);
+  PipelineOptions o = options();
+  o.key = ClusterKey::generate();
+  o.client.connect_timeout_s = 1.0;
+  o.max_replans = 0;
+  Pipeline pipe(hpipe_plan(model_path_, kCuts, kSlices), ClusterSpec{}, map, o);
+  EXPECT_THROW(pipe.run(requests({prompt(96, 3, 300)}, kSlices)), Error);
+  std::string log;
+  for (int i = 0; i < 100; ++i) {
+    log = workers_[0]->log() + workers_[1]->log() + workers_[2]->log();
+    if (log.find("refused a peer") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(log.find("refused a peer"), std::string::npos) << log;
+}
+
+// The real SmolLM2-135M (Q4_1, 30 layers) when it is in the model cache; its Q4_1 GEMM quantizes
+// activations per row, so the tolerance is 1e-3 of the largest logit.
+TEST_F(HpipeDist, SmolLM2OverThreeWorkersMatchesSingleDevice) {
+  llm::FetchOptions fo;
+  fo.allow_fetch = false;
+  const std::string path = llm::cached_model_path(llm::default_model_source(), fo);
+  if (path.empty())
+    GTEST_SKIP()
+        << "SmolLM2 not in the model cache (any `tandem` LLM command without -m fetches it)";
+  auto map = start_workers(3);
+  const std::vector<int> slices = {24, 8, 16, 16};
+  const PipelinePlan plan = hpipe_plan(path, {0, 8, 20, 30}, slices);
+  std::vector<std::vector<int32_t>> prompts = {prompt(64, 4, 49152)};
+  Pipeline pipe(plan, ClusterSpec{}, map, options());
+  const RunReport r = pipe.run(requests(prompts, slices));
+  EXPECT_EQ(r.replans, 0);
+  expect_matches_forward(path, prompts, r.outputs, 1e-3);
+}
+
+}  // namespace
+}  // namespace tandem::sched
