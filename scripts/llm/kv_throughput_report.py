@@ -51,28 +51,40 @@ def main():
             "kv_bytes_per_sequence": int(seq_bytes), "single_decode_tokens_per_s": float(s_decode),
             "single_prefill_tokens_per_s": float(s_prefill), "batch": int(batch),
             "batch_generated_tokens": int(b_gen), "batch_steps": int(steps),
-            "batch_wall_s": float(wall), "total_tokens_per_s": float(tput),
+            "batch_prompt_tokens": int(b_prompt), "batch_wall_s": float(wall),
+            "total_tokens_per_s": float(tput),
+            "processed_tokens_per_s": (int(b_prompt) + int(b_gen)) / float(wall),
             "decode_tokens_per_s": float(dec), "decode_tokens": int(dec_tok),
             "decode_s": float(dec_s), "batch_kv_bytes": int(kv_all),
             "peak_tensor_bytes": int(peak)})
     full = next(r for r in rows if r["policy"] == "full")
-    budget = 0
     for r in rows:
+        # Every sequence ran to the length limit: the decode phase holds batch x (new - 1) tokens.
+        if r["decode_tokens"] != r["batch"] * (r["new_tokens"] - 1):
+            sys.exit(f"kv_throughput_report: {r['policy']}: {r['decode_tokens']} decode tokens, "
+                     f"expected {r['batch']} x {r['new_tokens'] - 1}")
         r["decode_ratio_vs_full"] = r["decode_tokens_per_s"] / full["decode_tokens_per_s"]
         r["total_ratio_vs_full"] = r["total_tokens_per_s"] / full["total_tokens_per_s"]
+        r["processed_ratio_vs_full"] = r["processed_tokens_per_s"] / full["processed_tokens_per_s"]
     budget = full["batch"] * full["kv_bytes_per_sequence"]
     up = [(run / f).read_text().strip() for f in ("uptime-start.txt", "uptime-end.txt")]
-    rec = {"budget_bytes": budget, "base_sequences": full["batch"], "rows": rows,
+    rec = {"model": "SmolLM2-135M-Instruct Q4_1",
+           "commands": ["OUT_DIR=/tmp/kv-throughput scripts/llm/kv_throughput.sh build/bin/tandem",
+                        "python3 scripts/llm/kv_throughput_report.py /tmp/kv-throughput "
+                        "-o docs/results/kv-throughput.json --md /tmp/kv-throughput/table.md"],
+           "budget_bytes": budget, "base_sequences": full["batch"], "rows": rows,
            "uptime_start": up[0], "uptime_end": up[1]}
     pathlib.Path(a.json).write_text(json.dumps(rec, indent=2) + "\n")
     mib = 1048576.0
     lines = ["| policy | KV MiB / seq | batch B | decode tok/s (all seqs) | x full | total tok/s | "
-             "x full | KV MiB (batch) | peak tensor MiB |", "|---|---|---|---|---|---|---|---|---|"]
+             "x full | prompt+new tok/s | x full | KV MiB (batch, end) | peak tensor MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['policy']} | {r['kv_bytes_per_sequence'] / mib:.2f} | {r['batch']} | "
             f"{r['decode_tokens_per_s']:.1f} | {r['decode_ratio_vs_full']:.2f} | "
             f"{r['total_tokens_per_s']:.1f} | {r['total_ratio_vs_full']:.2f} | "
+            f"{r['processed_tokens_per_s']:.1f} | {r['processed_ratio_vs_full']:.2f} | "
             f"{r['batch_kv_bytes'] / mib:.2f} | {r['peak_tensor_bytes'] / mib:.2f} |")
     pathlib.Path(a.md).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
