@@ -7,6 +7,7 @@
 // all of them); sequence 0 streams, the others are printed when done, and the batch's throughput
 // goes to stderr.
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <vector>
@@ -69,8 +70,10 @@ int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
     if (i > 0) gi.on_token = nullptr;  // only sequence 0 streams
     reqs.push_back({&caches[i], prompt, gi});
   }
+  allocator(Device::cpu()).reset_peak();
   llm::BatchStats bs;
   const auto results = llm::generate_batch(model, reqs, &bs);
+  const auto mem = memory_stats(Device::cpu());
   const std::string rest = detok.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   for (int i = 1; i < batch; ++i) {
@@ -84,15 +87,28 @@ int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
   std::fflush(stdout);
   int64_t kv_bytes = 0;
   for (const auto& c : caches) kv_bytes += c.bytes();
+  // Aggregate decode rate: every sequence's tokens after its first, over the longest decode phase
+  // (the sequences decode in the same steps, so that phase is the batch's decode wall time).
+  int64_t decode_tokens = 0;
+  double decode_s = 0.0;
+  for (const auto& r : results) {
+    if (r.stats.generated_tokens > 1) decode_tokens += r.stats.generated_tokens - 1;
+    decode_s = std::max(decode_s, r.stats.decode_s);
+  }
+  const double decode_tps = decode_s > 0 ? decode_tokens / decode_s : 0.0;
   const auto& s0 = results[0].stats;
   std::fprintf(stderr,
                "\nbatch of %d: %lld prompt tokens, %lld generated in %lld steps, %d threads\n"
                "batch throughput %.1f tokens/s (%.3f s); sequence 0: TTFT %.3f s, decode %.1f "
-               "tokens/s\nKV caches %.2f MiB in all, weights %.2f MiB (mapped)\n",
+               "tokens/s\nbatch decode %.1f tokens/s (%lld tokens in %.3f s)\n"
+               "KV caches %.2f MiB in all (%lld bytes), peak tensor memory %.2f MiB (%lld bytes), "
+               "weights %.2f MiB (mapped)\n",
                batch, static_cast<long long>(bs.prompt_tokens),
                static_cast<long long>(bs.generated_tokens), static_cast<long long>(bs.steps),
                cpu_num_threads(), bs.tokens_per_s, bs.wall_s, s0.ttft_s, s0.decode_tokens_per_s,
-               kv_bytes / 1048576.0, model.weight_bytes() / 1048576.0);
+               decode_tps, static_cast<long long>(decode_tokens), decode_s, kv_bytes / 1048576.0,
+               static_cast<long long>(kv_bytes), mem.peak_bytes / 1048576.0,
+               static_cast<long long>(mem.peak_bytes), model.weight_bytes() / 1048576.0);
   return 0;
 }
 
@@ -147,17 +163,19 @@ int run_generate(const GenerateOptions& o) {
 
   const auto& s = r.stats;
   const auto mem = memory_stats(Device::cpu());
-  std::fprintf(stderr,
-               "\n%s: %lld prompt tokens, %lld generated (stop: %s), %d threads\n"
-               "prefill %.1f tokens/s (%.3f s), TTFT %.3f s, decode %.1f tokens/s (%.3f s)\n"
-               "KV cache %.2f MiB (policy %s), peak tensor memory %.2f MiB, weights %.2f MiB "
-               "(mapped)\n",
-               model.config().name.empty() ? path.c_str() : model.config().name.c_str(),
-               static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
-               s.stop_reason.c_str(), cpu_num_threads(), s.prefill_tokens_per_s, s.prefill_s,
-               s.ttft_s, s.decode_tokens_per_s, s.decode_s, cache.bytes() / 1048576.0,
-               cache.policy().name().c_str(), mem.peak_bytes / 1048576.0,
-               model.weight_bytes() / 1048576.0);
+  std::fprintf(
+      stderr,
+      "\n%s: %lld prompt tokens, %lld generated (stop: %s), %d threads\n"
+      "prefill %.1f tokens/s (%.3f s), TTFT %.3f s, decode %.1f tokens/s (%.3f s)\n"
+      "KV cache %.2f MiB (%lld bytes, policy %s), peak tensor memory %.2f MiB (%lld bytes), "
+      "weights %.2f MiB (mapped)\n",
+      model.config().name.empty() ? path.c_str() : model.config().name.c_str(),
+      static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
+      s.stop_reason.c_str(), cpu_num_threads(), s.prefill_tokens_per_s, s.prefill_s, s.ttft_s,
+      s.decode_tokens_per_s, s.decode_s, cache.bytes() / 1048576.0,
+      static_cast<long long>(cache.bytes()), cache.policy().name().c_str(),
+      mem.peak_bytes / 1048576.0, static_cast<long long>(mem.peak_bytes),
+      model.weight_bytes() / 1048576.0);
   return 0;
 }
 
