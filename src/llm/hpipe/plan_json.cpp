@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "core/json_reader.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/hpipe.h"
 
@@ -165,22 +166,11 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
 }
 
 PipelinePlan PipelinePlan::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(cat("cannot open plan '", path, "'"));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw parse_error(cat(path, ": invalid JSON: ", e.what()));
-  }
-  return from_json(j, path);
+  return from_json(detail::read_json_file(path), path);
 }
 
 void PipelinePlan::save(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out) throw IoError(cat("cannot write plan '", path, "'"));
-  out << to_json().dump(2) << "\n";
-  if (!out) throw IoError(cat("error writing '", path, "'"));
+  detail::write_text_file(path, to_json().dump(2) + "\n");
 }
 
 }  // namespace tandem::llm::hpipe

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "../sha256.h"
+#include "core/json_reader.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/hpipe_profile.h"
@@ -187,22 +188,11 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
 }
 
 ModelProfile ModelProfile::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError(cat("cannot open HPipe profile '", path, "'"));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw parse_error(cat(path, ": invalid JSON: ", e.what()));
-  }
-  return from_json(j, path);
+  return from_json(detail::read_json_file(path), path);
 }
 
 void ModelProfile::save(const std::string& path) const {
-  std::ofstream out(path);
-  if (!out) throw IoError(cat("cannot write HPipe profile '", path, "'"));
-  out << to_json().dump(2) << "\n";
-  if (!out) throw IoError(cat("error writing '", path, "'"));
+  detail::write_text_file(path, to_json().dump(2) + "\n");
 }
 
 ModelProfile profile_model(const Model& model, const std::string& path,
