@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // PipelinePlan <-> JSON in the pipeline plan contract shared with the runtime (hpipe.h).
 #include <cmath>
-#include <fstream>
 
 #include "core/json_reader.h"
 #include "tandem/core/error.h"
