@@ -175,17 +175,8 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
 
   // Fidelity text: tokens of a prefix of the text long enough for the largest context.
   const int64_t need = c.text_offset + max_ctx + c.continuation + 1;
-  size_t chars = static_cast<size_t>(need) * 6;
-  std::vector<int32_t> ids;
-  while (true) {
-    ids = tokenizer.encode(text.substr(0, std::min(chars, text.size())), true, false);
-    if (static_cast<int64_t>(ids.size()) >= need) break;
-    if (chars >= text.size()) {
-      throw InvalidArgument(cat("kv-eval: the text has ", ids.size(), " tokens; ", need,
-                                " are needed (offset + context + continuation)"));
-    }
-    chars *= 2;
-  }
+  const std::vector<int32_t> ids = kv_eval_detail::encode_prefix(
+      tokenizer, text, need, "kv-eval (offset + context + continuation)");
 
   for (int64_t ctx : c.contexts) {
     const std::span<const int32_t> all(ids);

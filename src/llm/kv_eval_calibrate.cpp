@@ -29,17 +29,8 @@ KvCalibrationResult calibrate_clusterattn(const Model& model, const Tokenizer& t
   const int used = std::max(1, static_cast<int>(std::ceil(c.fraction * c.segments - 1e-9)));
   const int64_t seg = c.context + c.continuation + 1;
   const int64_t need = seg * used;
-  size_t chars = static_cast<size_t>(need) * 6;
-  std::vector<int32_t> ids;
-  while (true) {
-    ids = tokenizer.encode(text.substr(0, std::min(chars, text.size())), true, false);
-    if (static_cast<int64_t>(ids.size()) >= need) break;
-    if (chars >= text.size()) {
-      throw InvalidArgument(cat("kv-calibrate: the text has ", ids.size(), " tokens, ", need,
-                                " needed for ", used, " profiling segments"));
-    }
-    chars *= 2;
-  }
+  const std::vector<int32_t> ids = kv_eval_detail::encode_prefix(
+      tokenizer, text, need, cat("kv-calibrate (", used, " profiling segments)"));
   KvCalibrationResult res;
   res.segments_used = used;
   std::vector<ClusterAttnParams> grid;

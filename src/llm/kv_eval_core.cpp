@@ -60,6 +60,20 @@ void read_row(const KvBlock& b, const Tensor& t, int64_t slot, int64_t d, float*
 
 }  // namespace
 
+std::vector<int32_t> encode_prefix(const Tokenizer& tokenizer, const std::string& text,
+                                   int64_t need, const std::string& what) {
+  size_t chars = static_cast<size_t>(need) * 6;
+  while (true) {
+    std::vector<int32_t> ids =
+        tokenizer.encode(text.substr(0, std::min(chars, text.size())), true, false);
+    if (static_cast<int64_t>(ids.size()) >= need) return ids;
+    if (chars >= text.size()) {
+      throw InvalidArgument(cat(what, ": the text has ", ids.size(), " tokens, ", need, " needed"));
+    }
+    chars *= 2;
+  }
+}
+
 Prefilled prefill_recorded(const Model& model, std::span<const int32_t> tokens, int window,
                            int chunk) {
   const int layers = model.config().n_layers;

@@ -6,11 +6,19 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tandem/llm/kv_eval.h"
+#include "tandem/llm/tokenizer.h"
 
 namespace tandem::llm::kv_eval_detail {
+
+// Tokens of the shortest prefix of `text` (doubling from ~6 chars per token) that holds at least
+// `need` tokens; InvalidArgument "<what>: the text has N tokens, <need> needed" when the whole text
+// is too short.
+std::vector<int32_t> encode_prefix(const Tokenizer& tokenizer, const std::string& text,
+                                   int64_t need, const std::string& what);
 
 // A prompt prefilled once with the full cache, with the last `window` post-RoPE queries of every
 // layer (what a policy's observe_queries would have seen) and the logits after the last token.

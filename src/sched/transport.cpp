@@ -222,15 +222,19 @@ void ZmqSocket::send_shared(const std::vector<std::string>& head,
   }
 }
 
-std::optional<ZmqSocket::Received> ZmqSocket::recv_zero_copy(double timeout_s) {
+bool ZmqSocket::wait_readable(double timeout_s) {
   zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
   const long ms = timeout_s <= 0 ? 0 : static_cast<long>(timeout_s * 1000 + 0.5);
-  int rc = zmq_poll(&item, 1, ms);
+  const int rc = zmq_poll(&item, 1, ms);
   if (rc < 0) {
-    if (zmq_errno() == EINTR) return std::nullopt;
+    if (zmq_errno() == EINTR) return false;
     throw TransportError(zmq_err("transport: poll failed"));
   }
-  if (rc == 0 || !(item.revents & ZMQ_POLLIN)) return std::nullopt;
+  return rc > 0 && (item.revents & ZMQ_POLLIN);
+}
+
+std::optional<ZmqSocket::Received> ZmqSocket::recv_zero_copy(double timeout_s) {
+  if (!wait_readable(timeout_s)) return std::nullopt;
   Received r;
   for (;;) {
     auto* msg = new zmq_msg_t;
@@ -252,14 +256,7 @@ std::optional<ZmqSocket::Received> ZmqSocket::recv_zero_copy(double timeout_s) {
 }
 
 std::optional<std::vector<std::string>> ZmqSocket::recv(double timeout_s) {
-  zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
-  const long ms = timeout_s <= 0 ? 0 : static_cast<long>(timeout_s * 1000 + 0.5);
-  int rc = zmq_poll(&item, 1, ms);
-  if (rc < 0) {
-    if (zmq_errno() == EINTR) return std::nullopt;
-    throw TransportError(zmq_err("transport: poll failed"));
-  }
-  if (rc == 0 || !(item.revents & ZMQ_POLLIN)) return std::nullopt;
+  if (!wait_readable(timeout_s)) return std::nullopt;
   std::vector<std::string> frames;
   int more = 0;
   do {

@@ -12,12 +12,15 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/sched/pipeline.h"
 
 extern char** environ;
 
@@ -81,5 +84,29 @@ class ChildWorker {
   pid_t pid_ = -1;
   std::string ep_file_, log_file_;
 };
+
+// Starts n workers w0..w{n-1} in `dir` holding `key_path` (kept in `workers`); returns the device
+// map dev<i> -> endpoint that PipelineOptions::workers takes.
+inline std::map<std::string, std::string> start_workers(
+    std::vector<std::unique_ptr<ChildWorker>>& workers, const std::filesystem::path& dir,
+    const std::string& key_path, int n) {
+  std::map<std::string, std::string> map;
+  for (int i = 0; i < n; ++i)
+    workers.push_back(std::make_unique<ChildWorker>(dir, "w" + std::to_string(i), key_path));
+  for (int i = 0; i < n; ++i) map["dev" + std::to_string(i)] = workers[i]->endpoint();
+  return map;
+}
+
+// Pipeline options of the multi-process tests: the cluster key, 50 ms heartbeats and a generous
+// 1 s loss timeout (CI runs these under sanitizers on busy cores).
+inline PipelineOptions worker_pipeline_options(const ClusterKey& key, double run_timeout_s) {
+  PipelineOptions o;
+  o.key = key;
+  o.client.heartbeat_interval_s = 0.05;
+  o.client.heartbeat_timeout_s = 1.0;
+  o.client.connect_timeout_s = 5.0;
+  o.run_timeout_s = run_timeout_s;
+  return o;
+}
 
 }  // namespace tandem::sched::test

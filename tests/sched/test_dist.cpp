@@ -49,21 +49,9 @@ class SchedDist : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   std::map<std::string, std::string> start_workers(int n) {
-    std::map<std::string, std::string> map;
-    for (int i = 0; i < n; ++i)
-      workers_.push_back(std::make_unique<ChildWorker>(dir_, "w" + std::to_string(i), key_path_));
-    for (int i = 0; i < n; ++i) map["dev" + std::to_string(i)] = workers_[i]->endpoint();
-    return map;
+    return test::start_workers(workers_, dir_, key_path_, n);
   }
-  PipelineOptions options() const {
-    PipelineOptions o;
-    o.key = key_;
-    o.client.heartbeat_interval_s = 0.05;
-    o.client.heartbeat_timeout_s = 1.0;  // generous: CI runs these under sanitizers on busy cores
-    o.client.connect_timeout_s = 5.0;
-    o.run_timeout_s = 60;
-    return o;
-  }
+  PipelineOptions options() const { return test::worker_pipeline_options(key_, 60); }
 
   fs::path dir_;
   std::string key_path_;

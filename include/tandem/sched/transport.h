@@ -84,6 +84,8 @@ class TANDEM_API ZmqSocket {
   void* raw() const { return sock_; }
 
  private:
+  // Waits up to timeout_s for a message; false on timeout or EINTR. TransportError if poll fails.
+  bool wait_readable(double timeout_s);
   void* sock_ = nullptr;
 };
 
