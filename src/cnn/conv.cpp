@@ -397,6 +397,8 @@ struct ConvKernel::Impl {
   }
 
   int full_dst_block(int src_block, int threads) {
+    // oneDNN fixes a primitive's thread count when it creates it: plan under the run's count.
+    OmpThreads scope(threads);
     std::lock_guard lk(mu);
     Prim& e = get_full(src_block, threads);
     return e.dst_blocked ? block : 0;
