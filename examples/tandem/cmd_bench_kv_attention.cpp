@@ -4,14 +4,20 @@
 // from other programs hits both alike; reports the per-step time of each and their ratio. The
 // cache has SmolLM2-135M's attention shape (3 KV heads x 64, 9 query heads) and random keys and
 // values; --layers layers are attended per step, as a decode step of that many layers would.
+// Wall-clock medians give the ratio; the CPU-time medians (process CPU time, so all threads) are
+// printed beside them because on a shared machine they move less with other programs' load. GB/s
+// is the cache's bytes (each step reads all of them once) over the median step time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
@@ -32,6 +38,20 @@ struct BenchKvAttentionOptions {
   int repetitions = 20;
   int threads = 0;
 };
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The first three fields of /proc/loadavg ("?" where it cannot be read).
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "?";
+  return a + " " + b + " " + c;
+}
 
 llm::KvCache make_filled(const llm::KvCacheShape& s, std::shared_ptr<llm::KvPolicy> policy,
                          int context) {
@@ -65,14 +85,19 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
   const Tensor q = Tensor::from_vector(qv, {1, n_heads, s.head_dim}, DType::kF32);
   const int32_t qpos = o.context;
   Tensor out = Tensor::empty({1, n_heads, s.head_dim}, DType::kF32);
+  // Wall time and CPU time of the process (all threads) of one step.
   auto step = [&](const llm::KvCache& c) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_seconds();
     for (int l = 0; l < s.n_layers; ++l) llm::cache_attention(q, {&qpos, 1}, c, l, out);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::pair{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                     cpu_seconds() - c0};
   };
+  std::printf("load average at start: %s\n", load_average().c_str());
   std::printf(
-      "| policy | context | f32 ms/step | policy ms/step | policy / f32 time | f32 MiB | "
-      "policy MiB | bits/elem |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| policy | context | f32 ms/step | policy ms/step | policy / f32 time | f32 CPU ms | "
+      "policy CPU ms | CPU ratio | f32 GB/s | policy GB/s | f32 MiB | policy MiB | bits/elem "
+      "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::stringstream list(o.policies);
   std::string name;
   while (std::getline(list, name, ',')) {
@@ -88,16 +113,23 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
     }
     policy->on_prefill_done(cache);
     step(ref), step(cache);  // warm-up
-    std::vector<double> tf, tq;
+    std::vector<double> tf, tq, cf, cq;
     for (int r = 0; r < o.repetitions; ++r) {
-      tf.push_back(step(ref));
-      tq.push_back(step(cache));
+      const auto [wf, uf] = step(ref);
+      const auto [wq, uq] = step(cache);
+      tf.push_back(wf), cf.push_back(uf);
+      tq.push_back(wq), cq.push_back(uq);
     }
     const double mf = stats_of(tf).p50, mq = stats_of(tq).p50;
+    const double uf = stats_of(cf).p50, uq = stats_of(cq).p50;
     const llm::KvStorageStats st = llm::kv_storage_stats(cache);
-    std::printf("| %s | %d | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", name.c_str(), o.context,
-                mf * 1e3, mq * 1e3, mq / mf, ref.bytes() / 1048576.0, st.bytes / 1048576.0,
-                st.bits_per_element);
+    // Every step reads the whole cache once: bytes over the median step time.
+    std::printf(
+        "| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | "
+        "%.2f |\n",
+        name.c_str(), o.context, mf * 1e3, mq * 1e3, mq / mf, uf * 1e3, uq * 1e3, uq / uf,
+        ref.bytes() / mf * 1e-9, st.bytes / mq * 1e-9, ref.bytes() / 1048576.0,
+        st.bytes / 1048576.0, st.bits_per_element);
     std::fflush(stdout);
   }
   return 0;
