@@ -21,12 +21,24 @@ using kvattn::RowCodec;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The row reader of one block's K or V: how its bytes decode (codec null for f32 rows, which are
-// read in place, and for bf16 rows, widened here).
-RowBlock row_block(const KvBlock& b, const Tensor& t, const KvQuantFormat& f, int64_t d,
-                   bool channel_codes, float* aux) {
+// One side (K or V) of a block as the driver reads it: bytes and their format.
+struct Side {
+  const uint8_t* data = nullptr;
+  int64_t bytes = 0;  // what the rows occupy (scales included)
+  KvQuantFormat f;
+};
+// A validated block: its two sides, resolved once per call (not per work item).
+struct BlockView {
+  const KvBlock* b = nullptr;
+  Side k, v;
+};
+
+// The row reader of one side: how its bytes decode (not used for f32 rows, which are read in
+// place, nor for bf16 rows, widened by rows_f32).
+RowBlock row_block(const KvBlock& b, const Side& side, int64_t d, bool channel_codes, float* aux) {
+  const KvQuantFormat& f = side.f;
   RowBlock r;
-  r.data = static_cast<const uint8_t*>(t.raw_data());
+  r.data = side.data;
   r.n = b.used;
   r.d = d;
   r.bits = f.bits;
@@ -52,27 +64,19 @@ RowBlock row_block(const KvBlock& b, const Tensor& t, const KvQuantFormat& f, in
   return r;
 }
 
-// Bytes the rows of block b need in tensor t (format f): a block whose tensor is smaller would be
-// read out of bounds, so it is rejected before any work.
-int64_t needed_bytes(const KvBlock& b, const Tensor& t, const KvQuantFormat& f, int64_t d) {
-  if (f.codec == KvCodec::kPlain) return dtype_row_bytes(b.dtype, b.used * d);
-  if (f.codec != KvCodec::kSymmetric || !f.mixed) return kv_encoded_bytes(f, b.used, d);
-  const int64_t map = (b.used + 7) / 8;
-  if (t.nbytes() < map) return map;
-  const auto* p = static_cast<const uint8_t*>(t.raw_data());
-  std::vector<uint8_t> wide(static_cast<size_t>(b.used));
-  for (int s = 0; s < b.used; ++s) wide[s] = (p[s / 8] >> (s % 8)) & 1;
-  return kv_encoded_bytes(f, b.used, d, wide);
-}
+// Validates the blocks of a layer and resolves their sides. Checking a format and computing the
+// bytes its rows need (kv_encoded_bytes, the codec's definition) is done once per distinct
+// (format, slot count), not once per block: a step at long context visits thousands of blocks.
+class BlockChecker {
+ public:
+  BlockChecker(const KvCache& cache, int layer) : cache_(cache), layer_(layer) {}
 
-// Validates every block of the layer; returns the largest block length.
-int check_blocks(const KvCache& cache, int layer) {
-  const int64_t d = cache.shape().head_dim;
-  int longest = 0;
-  for (int h = 0; h < cache.shape().n_kv_heads; ++h) {
-    for (const KvBlock& b : cache.blocks(layer, h)) {  // also validates the layer
-      const auto where = [&] { return cat(" (layer ", layer, ", head ", h, ")"); };
-      if (b.channel_scaled && cache.channel_scales(layer, h) == nullptr) {
+  // The views of head h's blocks; throws InvalidArgument / Unsupported naming layer and head.
+  void check_head(int h, std::vector<BlockView>& out) {
+    out.clear();
+    for (const KvBlock& b : cache_.blocks(layer_, h)) {  // also validates the layer
+      const auto where = [&] { return cat(" (layer ", layer_, ", head ", h, ")"); };
+      if (b.channel_scaled && cache_.channel_scales(layer_, h) == nullptr) {
         throw InvalidArgument(cat("cache_attention: channel-scaled block without scales", where()));
       }
       if (b.used < 0 || static_cast<int64_t>(b.positions.size()) < b.used) {
@@ -84,26 +88,75 @@ int check_blocks(const KvCache& cache, int layer) {
           throw Unsupported(
               cat("cache_attention: a block with one plain and one quantized side", where()));
         }
-        kv_check_format(b.kq, "cache_attention");
-        kv_check_format(b.vq, "cache_attention");
       } else if (b.dtype != DType::kF32 && b.dtype != DType::kF16 && b.dtype != DType::kBF16) {
         throw Unsupported(
             cat("cache_attention: KV blocks of dtype ", dtype_name(b.dtype), where()));
       }
+      BlockView view;
+      view.b = &b;
       for (const bool is_k : {true, false}) {
         const Tensor& t = is_k ? b.k : b.v;
-        const KvQuantFormat& f = is_k ? b.kq : b.vq;
-        const int64_t need = needed_bytes(b, t, f, d);
-        if (t.nbytes() < need) {
+        Side& side = is_k ? view.k : view.v;
+        side.f = is_k ? b.kq : b.vq;
+        side.data = static_cast<const uint8_t*>(t.raw_data());
+        const int64_t have = t.nbytes();
+        const int64_t need = needed_bytes(b, side, have);
+        side.bytes = need;
+        if (have < need) {
           throw InvalidArgument(cat("cache_attention: ", is_k ? "K" : "V", " of a ", b.used,
-                                    "-slot ", kv_format_name(f), " block holds ", t.nbytes(),
+                                    "-slot ", kv_format_name(side.f), " block holds ", have,
                                     " bytes, needs ", need, where()));
         }
       }
-      longest = std::max(longest, b.used);
+      longest_ = std::max(longest_, b.used);
+      out.push_back(view);
     }
   }
-  return longest;
+  int longest() const { return longest_; }
+
+ private:
+  // Bytes of `n` rows of format f (the format is validated on first use).
+  int64_t rows_bytes(const KvQuantFormat& f, int64_t n) {
+    for (const Known& k : known_) {
+      if (k.f == f && k.n == n) return k.bytes;
+    }
+    const int64_t bytes = kv_encoded_bytes(f, n, cache_.shape().head_dim);
+    known_.push_back({f, n, bytes});
+    return bytes;
+  }
+  int64_t needed_bytes(const KvBlock& b, const Side& side, int64_t have) {
+    const int64_t d = cache_.shape().head_dim;
+    const KvQuantFormat& f = side.f;
+    if (f.codec == KvCodec::kPlain) return dtype_row_bytes(b.dtype, b.used * d);
+    if (f.codec != KvCodec::kSymmetric || !f.mixed) return rows_bytes(f, b.used);
+    // Mixed rows: the bitmap, then 4-bit rows plus the extra bytes of each 8-bit one.
+    const int64_t map = (b.used + 7) / 8;
+    if (have < map) return map;
+    int64_t wide = 0;
+    for (int s = 0; s < b.used; ++s) wide += (side.data[s / 8] >> (s % 8)) & 1;
+    KvQuantFormat f4 = f, f8 = f;
+    f4.mixed = f8.mixed = false;
+    f4.bits = 4;
+    f8.bits = 8;
+    return map + rows_bytes(f4, b.used) + wide * (rows_bytes(f8, 1) - rows_bytes(f4, 1));
+  }
+
+  struct Known {
+    KvQuantFormat f;
+    int64_t n, bytes;
+  };
+  const KvCache& cache_;
+  int layer_;
+  int longest_ = 0;
+  std::vector<Known> known_;
+};
+
+// Blocks are separate allocations of a few KiB, too short for the hardware prefetcher to ramp up
+// on: the next block's K and V bytes are requested while this one is decoded and scored.
+void prefetch_rows(const BlockView& v) {
+  for (const Side* side : {&v.k, &v.v}) {
+    for (int64_t i = 0; i < side->bytes; i += 64) __builtin_prefetch(side->data + i, 0, 3);
+  }
 }
 
 // Per-thread scratch of the driver.
@@ -126,29 +179,18 @@ struct Scratch {
 };
 
 // Rows [0, used) of one side of a block as f32: in place for f32 rows, else decoded into `buf`.
-const float* rows_f32(const kvattn::AttentionKernels& kn, const KvBlock& b, const Tensor& t,
-                      const KvQuantFormat& f, int64_t d, bool channel_codes, float* aux,
-                      float* buf) {
-  if (f.codec == KvCodec::kPlain) {
-    if (b.dtype == DType::kF32) return t.data<float>();
+const float* rows_f32(const kvattn::AttentionKernels& kn, const KvBlock& b, const Side& side,
+                      int64_t d, bool channel_codes, float* aux, float* buf) {
+  if (side.f.codec == KvCodec::kPlain) {
+    if (b.dtype == DType::kF32) return reinterpret_cast<const float*>(side.data);
     if (b.dtype == DType::kBF16) {
-      const auto* h = static_cast<const uint16_t*>(t.raw_data());
+      const auto* h = reinterpret_cast<const uint16_t*>(side.data);
       for (int64_t i = 0; i < b.used * d; ++i) buf[i] = bf16_to_f32(h[i]);
       return buf;
     }
   }
-  kn.decode(row_block(b, t, f, d, channel_codes, aux), buf);
+  kn.decode(row_block(b, side, d, channel_codes, aux), buf);
   return buf;
-}
-
-// Blocks are separate allocations of a few KiB, too short for the hardware prefetcher to ramp up
-// on: the next block's K and V bytes are requested while this one is decoded and scored.
-void prefetch_block(const KvBlock& b) {
-  for (const Tensor* t : {&b.k, &b.v}) {
-    const auto* p = static_cast<const char*>(t->raw_data());
-    const int64_t n = t->nbytes();
-    for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i, 0, 3);
-  }
 }
 
 }  // namespace
@@ -159,7 +201,10 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
   const KvCacheShape& cs = cache.shape();
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim, hkv = cs.n_kv_heads;
   const int64_t group = hq / hkv;
-  const int rows = std::max(check_blocks(cache, layer), 1);
+  std::vector<std::vector<BlockView>> views(static_cast<size_t>(hkv));
+  BlockChecker checker(cache, layer);
+  for (int h = 0; h < hkv; ++h) checker.check_head(h, views[h]);
+  const int rows = std::max(checker.longest(), 1);
   const kvattn::AttentionKernels& kn = kernels ? *kernels : kvattn::attention_kernels();
   const float* qd = q.data<float>();
   float* od = out.data<float>();
@@ -190,10 +235,11 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
       std::fill(w.acc.begin(), w.acc.end(), 0.0f);
       std::fill(w.acc_s.begin(), w.acc_s.end(), 0.0f);
       bool scaled = false;
-      const std::vector<KvBlock>& blocks = cache.blocks(layer, kvh);
+      const std::vector<BlockView>& blocks = views[kvh];
       for (size_t bi = 0; bi < blocks.size(); ++bi) {
-        const KvBlock& b = blocks[bi];
-        if (bi + 1 < blocks.size()) prefetch_block(blocks[bi + 1]);
+        const BlockView& bv = blocks[bi];
+        const KvBlock& b = *bv.b;
+        if (bi + 1 < blocks.size()) prefetch_rows(blocks[bi + 1]);
         const int32_t* pos = b.positions.data();
         int visible = 0;
         for (int s = 0; s < b.used; ++s) visible += pos[s] <= qpos;
@@ -201,7 +247,7 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
         const float* qb = b.channel_scaled ? w.qs.data() : q0;
         // Keys and scores.
         const bool fold = b.kq.codec == KvCodec::kChannel;
-        const float* kr = rows_f32(kn, b, b.k, b.kq, d, fold, w.aux.data(), w.kt.data());
+        const float* kr = rows_f32(kn, b, bv.k, d, fold, w.aux.data(), w.kt.data());
         const float* qk = qb;
         const float* bias = nullptr;
         if (fold) {  // q' = q * scale per channel, b = q . min (aux: scales, then mins)
@@ -233,7 +279,7 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
           w.sum[g] += kn.exp_sub(w.scores.data() + g * rows, b.used, w.m[g], w.p.data() + g * rows);
         }
         // Values.
-        const float* vr = rows_f32(kn, b, b.v, b.vq, d, false, w.aux.data(), w.vt.data());
+        const float* vr = rows_f32(kn, b, bv.v, d, false, w.aux.data(), w.vt.data());
         scaled = scaled || b.channel_scaled;
         kn.accumulate(w.p.data(), g_count, rows, b.used, vr, d,
                       b.channel_scaled ? w.acc_s.data() : w.acc.data());
