@@ -153,10 +153,8 @@ class BlockChecker {
 
 // Blocks are separate allocations of a few KiB, too short for the hardware prefetcher to ramp up
 // on: the next block's K and V bytes are requested while this one is decoded and scored.
-void prefetch_rows(const BlockView& v) {
-  for (const Side* side : {&v.k, &v.v}) {
-    for (int64_t i = 0; i < side->bytes; i += 64) __builtin_prefetch(side->data + i, 0, 3);
-  }
+void prefetch_side(const Side& side) {
+  for (int64_t i = 0; i < side.bytes; i += 64) __builtin_prefetch(side.data + i, 0, 3);
 }
 
 // Per-thread scratch of the driver.
@@ -239,7 +237,8 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
       for (size_t bi = 0; bi < blocks.size(); ++bi) {
         const BlockView& bv = blocks[bi];
         const KvBlock& b = *bv.b;
-        if (bi + 1 < blocks.size()) prefetch_rows(blocks[bi + 1]);
+        const BlockView* next = bi + 1 < blocks.size() ? &blocks[bi + 1] : nullptr;
+        if (next != nullptr) prefetch_side(next->k);  // the next V after this block's scores
         const int32_t* pos = b.positions.data();
         int visible = 0;
         for (int s = 0; s < b.used; ++s) visible += pos[s] <= qpos;
@@ -279,6 +278,7 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
           w.sum[g] += kn.exp_sub(w.scores.data() + g * rows, b.used, w.m[g], w.p.data() + g * rows);
         }
         // Values.
+        if (next != nullptr) prefetch_side(next->v);
         const float* vr = rows_f32(kn, b, bv.v, d, false, w.aux.data(), w.vt.data());
         scaled = scaled || b.channel_scaled;
         kn.accumulate(w.p.data(), g_count, rows, b.used, vr, d,
