@@ -6,7 +6,8 @@
 // values; --layers layers are attended per step, as a decode step of that many layers would.
 // Wall-clock medians give the ratio; the CPU-time medians (process CPU time, so all threads) are
 // printed beside them because on a shared machine they move less with other programs' load. GB/s
-// is the cache's bytes (each step reads all of them once) over the median step time.
+// is the cache's bytes (each step reads all of them once) over the median step time, to compare
+// with the STREAM-like triad bandwidth measured first (same thread count; --no-bandwidth skips it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "report.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
+#include "tandem/core/profiler.h"
 #include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/kv_quant.h"
 #include "tandem/llm/model.h"
@@ -37,6 +39,7 @@ struct BenchKvAttentionOptions {
   int layers = 4;
   int repetitions = 20;
   int threads = 0;
+  bool bandwidth = true;  // measure the triad bandwidth first
 };
 
 double cpu_seconds() {
@@ -94,6 +97,13 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
                      cpu_seconds() - c0};
   };
   std::printf("load average at start: %s\n", load_average().c_str());
+  if (o.bandwidth) {  // the machine's bound, measured now with the same thread count
+    tandem::ProfileOptions po;
+    po.threads = o.threads;
+    const double bw = measure_memory_bandwidth_bytes_per_s(Device::cpu(), po);
+    std::printf("STREAM-like triad on %d thread(s): %.2f GB/s\n",
+                o.threads > 0 ? o.threads : cpu_num_threads(), bw * 1e-9);
+  }
   std::printf(
       "| policy | context | f32 ms/step | policy ms/step | policy / f32 time | f32 CPU ms | "
       "policy CPU ms | CPU ratio | f32 GB/s | policy GB/s | f32 MiB | policy MiB | bits/elem "
@@ -147,6 +157,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 100000));
   sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("!--no-bandwidth", o->bandwidth, "Skip the triad bandwidth measurement");
   return Command{sub, [o] { return run_bench_kv_attention(*o); }};
 });
 
