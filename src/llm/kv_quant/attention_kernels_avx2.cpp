@@ -60,6 +60,21 @@ struct C {
   static __m256 hi4(const uint8_t* p) {
     return f(_mm256_srli_epi32(_mm256_cvtepu8_epi32(bytes8(p)), 4));
   }
+  // Sums of 8 vectors: halves added across 128-bit lanes, then within lanes; row r ends in lane
+  // kPerm[r] (an involution), so the rows go in permuted.
+  static __m256 reduce(const __m256* v) {
+    static constexpr int kPerm[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    __m256 x[4], y[2];
+    for (int i = 0; i < 4; ++i) {
+      const __m256 a = v[kPerm[i]], b = v[kPerm[i + 4]];
+      x[i] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    }
+    for (int i = 0; i < 2; ++i) {
+      y[i] = _mm256_add_ps(_mm256_shuffle_ps(x[i], x[i + 2], 0x44),
+                           _mm256_shuffle_ps(x[i], x[i + 2], 0xEE));
+    }
+    return _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x88), _mm256_shuffle_ps(y[0], y[1], 0xDD));
+  }
 };
 // The generic loops below use the V and C just defined.
 #include "attention_kernels.inc"

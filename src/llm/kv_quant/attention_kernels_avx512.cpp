@@ -65,6 +65,25 @@ struct C {
   static __m512 hi4(const uint8_t* p) {
     return f(_mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes16(p)), 4));
   }
+  // Sums of 16 vectors: halves added across 256-, then 128-bit lanes, then within lanes; the
+  // shuffles leave row r in lane kPerm[r] (an involution), so the rows go in permuted.
+  static __m512 reduce(const __m512* v) {
+    static constexpr int kPerm[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+    __m512 x[8], y[4], z[2];
+    for (int i = 0; i < 8; ++i) {
+      const __m512 a = v[kPerm[i]], b = v[kPerm[i + 8]];
+      x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int i = 0; i < 4; ++i) {
+      y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[i], x[i + 4], 0x88),
+                           _mm512_shuffle_f32x4(x[i], x[i + 4], 0xDD));
+    }
+    for (int i = 0; i < 2; ++i) {
+      z[i] = _mm512_add_ps(_mm512_shuffle_ps(y[i], y[i + 2], 0x44),
+                           _mm512_shuffle_ps(y[i], y[i + 2], 0xEE));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+  }
 };
 // The generic loops below use the V and C just defined.
 #include "attention_kernels.inc"

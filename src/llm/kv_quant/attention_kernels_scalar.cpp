@@ -32,6 +32,7 @@ struct C {
   static float u2(const uint8_t* p) { return static_cast<float>(p[0] & 3); }
   static float lo4(const uint8_t* p) { return static_cast<float>(p[0] & 15); }
   static float hi4(const uint8_t* p) { return static_cast<float>(p[0] >> 4); }
+  static float reduce(const float* v) { return v[0]; }
 };
 // The generic loops below use the V and C just defined.
 #include "attention_kernels.inc"
