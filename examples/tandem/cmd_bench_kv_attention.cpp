@@ -10,6 +10,7 @@
 // with the STREAM-like triad bandwidth measured first (same thread count; --no-bandwidth skips it).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../src/llm/kv_quant/attention.h"
 #include "commands.h"
 #include "report.h"
 #include "tandem/core/backend.h"
@@ -89,10 +91,19 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
   const int32_t qpos = o.context;
   Tensor out = Tensor::empty({1, n_heads, s.head_dim}, DType::kF32);
   // Wall time and CPU time of the process (all threads) of one step.
-  auto step = [&](const llm::KvCache& c) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  // driver: call the ragged-attention driver directly (cache_attention sends f32 caches to its
+  // own kernel).
+  auto step = [&](const llm::KvCache& c, bool driver = false) {
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = cpu_seconds();
-    for (int l = 0; l < s.n_layers; ++l) llm::cache_attention(q, {&qpos, 1}, c, l, out);
+    for (int l = 0; l < s.n_layers; ++l) {
+      if (driver) {
+        llm::ragged_cache_attention(q, {&qpos, 1}, c, l, out, scale);
+      } else {
+        llm::cache_attention(q, {&qpos, 1}, c, l, out, scale);
+      }
+    }
     return std::pair{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                      cpu_seconds() - c0};
   };
@@ -111,9 +122,16 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
   std::stringstream list(o.policies);
   std::string name;
   while (std::getline(list, name, ',')) {
-    auto policy = llm::make_kv_policy(name, {}, s);
-    llm::KvCache cache = make_filled(s, policy, o.context);
-    if (policy->query_window() > 0) {  // the last 32 rows as the observed window
+    // Two baselines besides the policies: "f32-driver" (the f32 cache through the driver) and
+    // "f16" (an f16 cache, which cache_attention sends to the driver).
+    const bool driver = name == "f32-driver";
+    llm::KvCacheShape cs = s;
+    if (name == "f16") cs.dtype = DType::kF16;
+    auto policy = driver || name == "f16" ? nullptr : llm::make_kv_policy(name, {}, s);
+    llm::KvCache cache = make_filled(cs, policy, driver ? 32 : o.context);
+    if (driver) cache = ref.clone();
+    if (policy != nullptr &&
+        policy->query_window() > 0) {  // the last 32 rows as the observed window
       std::vector<int32_t> wpos(32);
       std::iota(wpos.begin(), wpos.end(), o.context - 32);
       std::vector<float> w(static_cast<size_t>(32) * n_heads * s.head_dim);
@@ -121,12 +139,12 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
       const Tensor wq = Tensor::from_vector(w, {32, n_heads, s.head_dim}, DType::kF32);
       for (int l = 0; l < s.n_layers; ++l) policy->observe_queries(cache, l, wq, wpos, true);
     }
-    policy->on_prefill_done(cache);
-    step(ref), step(cache);  // warm-up
+    if (policy != nullptr) policy->on_prefill_done(cache);
+    step(ref), step(cache, driver);  // warm-up
     std::vector<double> tf, tq, cf, cq;
     for (int r = 0; r < o.repetitions; ++r) {
       const auto [wf, uf] = step(ref);
-      const auto [wq, uq] = step(cache);
+      const auto [wq, uq] = step(cache, driver);
       tf.push_back(wf), cf.push_back(uf);
       tq.push_back(wq), cq.push_back(uq);
     }
@@ -150,7 +168,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "bench-kv-attention",
       "Decode attention over a long cache: f32 vs quantized KV policies, interleaved timing");
-  sub->add_option("--policies", o->policies, "Comma-separated KV policies");
+  sub->add_option("--policies", o->policies,
+                  "Comma-separated KV policies; also f16 (an f16 cache) and f32-driver (the f32 "
+                  "cache through the ragged-attention driver)");
   sub->add_option("-c,--context", o->context, "Cached tokens")->check(CLI::Range(32, 1 << 20));
   sub->add_option("--layers", o->layers, "Layers attended per step")->check(CLI::Range(1, 128));
   sub->add_option("-r,--repetitions", o->repetitions, "Timed steps of each (median reported)")
