@@ -60,6 +60,15 @@ struct C {
   static __m256 hi4(const uint8_t* p) {
     return f(_mm256_srli_epi32(_mm256_cvtepu8_epi32(bytes8(p)), 4));
   }
+  static __m256 mask_after(__m256 x, const int32_t* pos, int32_t qpos, int n) {
+    const __m256i lanes =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i p = _mm256_maskload_epi32(pos, lanes);
+    const __m256i bad = _mm256_or_si256(_mm256_cmpgt_epi32(p, _mm256_set1_epi32(qpos)),
+                                        _mm256_xor_si256(lanes, _mm256_set1_epi32(-1)));
+    return _mm256_blendv_ps(x, _mm256_set1_ps(-std::numeric_limits<float>::infinity()),
+                            _mm256_castsi256_ps(bad));
+  }
   // Sums of 8 vectors: halves added across 128-bit lanes, then within lanes; row r ends in lane
   // kPerm[r] (an involution), so the rows go in permuted.
   static __m256 reduce(const __m256* v) {

@@ -65,6 +65,12 @@ struct C {
   static __m512 hi4(const uint8_t* p) {
     return f(_mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes16(p)), 4));
   }
+  static __m512 mask_after(__m512 x, const int32_t* pos, int32_t qpos, int n) {
+    const __mmask16 lanes = static_cast<__mmask16>((1u << n) - 1u);
+    const __m512i p = _mm512_maskz_loadu_epi32(lanes, pos);
+    const __mmask16 ok = _mm512_mask_cmple_epi32_mask(lanes, p, _mm512_set1_epi32(qpos));
+    return _mm512_mask_blend_ps(ok, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), x);
+  }
   // Sums of 16 vectors: halves added across 256-, then 128-bit lanes, then within lanes; the
   // shuffles leave row r in lane kPerm[r] (an involution), so the rows go in permuted.
   static __m512 reduce(const __m512* v) {

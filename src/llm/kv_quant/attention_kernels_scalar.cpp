@@ -33,6 +33,9 @@ struct C {
   static float lo4(const uint8_t* p) { return static_cast<float>(p[0] & 15); }
   static float hi4(const uint8_t* p) { return static_cast<float>(p[0] >> 4); }
   static float reduce(const float* v) { return v[0]; }
+  static float mask_after(float x, const int32_t* pos, int32_t qpos, int n) {
+    return n > 0 && pos[0] <= qpos ? x : -std::numeric_limits<float>::infinity();
+  }
 };
 // The generic loops below use the V and C just defined.
 #include "attention_kernels.inc"
