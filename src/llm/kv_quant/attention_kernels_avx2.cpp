@@ -60,6 +60,16 @@ struct C {
   static __m256 hi4(const uint8_t* p) {
     return f(_mm256_srli_epi32(_mm256_cvtepu8_epi32(bytes8(p)), 4));
   }
+  static float half(uint16_t h) { return _cvtsh_ss(h); }
+  // 8 pairs: the low halves of each 128-bit lane gathered, then the lanes' quadwords reordered.
+  static void pairs(const uint8_t* p, float* a, float* b) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0,
+                                           1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    const __m256i x = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);
+    _mm256_storeu_ps(a, _mm256_cvtph_ps(_mm256_castsi256_si128(x)));
+    _mm256_storeu_ps(b, _mm256_cvtph_ps(_mm256_extracti128_si256(x, 1)));
+  }
   static __m256 mask_after(__m256 x, const int32_t* pos, int32_t qpos, int n) {
     const __m256i lanes =
         _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

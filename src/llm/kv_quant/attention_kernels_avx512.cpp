@@ -65,6 +65,12 @@ struct C {
   static __m512 hi4(const uint8_t* p) {
     return f(_mm512_srli_epi32(_mm512_cvtepu8_epi32(bytes16(p)), 4));
   }
+  static float half(uint16_t h) { return _cvtsh_ss(h); }
+  static void pairs(const uint8_t* p, float* a, float* b) {
+    const __m512i w = _mm512_loadu_si512(p);
+    _mm512_storeu_ps(a, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
+    _mm512_storeu_ps(b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16))));
+  }
   static __m512 mask_after(__m512 x, const int32_t* pos, int32_t qpos, int n) {
     const __mmask16 lanes = static_cast<__mmask16>((1u << n) - 1u);
     const __m512i p = _mm512_maskz_loadu_epi32(lanes, pos);

@@ -33,6 +33,13 @@ struct C {
   static float lo4(const uint8_t* p) { return static_cast<float>(p[0] & 15); }
   static float hi4(const uint8_t* p) { return static_cast<float>(p[0] >> 4); }
   static float reduce(const float* v) { return v[0]; }
+  static float half(uint16_t h) { return f16_to_f32(h); }
+  static void pairs(const uint8_t* p, float* a, float* b) {
+    uint16_t h[2];
+    std::memcpy(h, p, 4);
+    *a = f16_to_f32(h[0]);
+    *b = f16_to_f32(h[1]);
+  }
   static float mask_after(float x, const int32_t* pos, int32_t qpos, int n) {
     return n > 0 && pos[0] <= qpos ? x : -std::numeric_limits<float>::infinity();
   }
