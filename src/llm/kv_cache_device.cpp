@@ -18,8 +18,8 @@ void KvCache::append_device(int layer, const Tensor& k_rows, const Tensor& v_row
     const Tensor k_head = k_rows.select(1, h);  // [T, D], row stride n_kv_heads * D
     const Tensor v_head = v_rows.select(1, h);
     for (int64_t i = 0; i < t;) {
-      if (list.empty() || list.back().used == shape_.block_tokens) {
-        list.push_back(new_block(shape_.dtype));
+      if (list.empty() || list.back().used == shape_.block_tokens || list.back().quantized()) {
+        list.push_back(new_block(shape_.dtype));  // quantized blocks are immutable
       }
       KvBlock& b = list.back();
       const int64_t n = std::min<int64_t>(t - i, shape_.block_tokens - b.used);
@@ -37,6 +37,14 @@ void KvCache::append_device(int layer, const Tensor& k_rows, const Tensor& v_row
 
 void KvCache::retain_device(int layer, int head, std::span<const int64_t> slots) {
   auto& list = head_blocks(layer, head);
+  for (const KvBlock& b : list) {
+    if (b.quantized()) {
+      throw Unsupported(cat("KvCache::retain(layer ", layer, ", head ", head, ") on ",
+                            shape_.device.to_string(),
+                            ": the head holds quantized blocks (eviction before quantization "
+                            "works; re-encoding kept codes on a GPU is not implemented)"));
+    }
+  }
   std::vector<KvBlock> kept;
   size_t next = 0;
   int64_t base = 0;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_cuda.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -224,6 +225,9 @@ class RowReader {
 
 void cache_attention_quantized(const Tensor& q, std::span<const int32_t> positions,
                                const KvCache& cache, int layer, Tensor& out, float scale) {
+  if (!cache.shape().device.is_cpu()) {
+    return cache_attention_quantized_gpu(q, positions, cache, layer, out, scale);
+  }
   const KvCacheShape& cs = cache.shape();
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim, hkv = cs.n_kv_heads;
   const int64_t group = hq / hkv;
