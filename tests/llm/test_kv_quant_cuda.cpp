@@ -5,9 +5,10 @@
 // per-channel 2/4/8), odd head dims, ragged blocks with position gaps, heads with different token
 // sets, an f32 residual block, a query that sees nothing, GQA groups 1 and 3, and channel scales.
 // (2) The registered policies (int4, q4_0, kivi2, qokv, qokv with a calibration file) on a GPU
-// cache: prefill and decode steps give the same codes and attention outputs within 1e-4 relative
-// as on a CPU cache. (3) ops::convert f32 -> q8_0 / q4_0 / q4_1 on CUDA writes the CPU's bytes.
-// Skipped where no usable GPU exists (TANDEM_REQUIRE_GPU=1: fails).
+// cache: prefill, decode steps and eviction (retain re-encodes kept codes) give the same codes and
+// attention outputs within 1e-4 relative as on a CPU cache. (3) ops::convert f32 -> q8_0 / q4_0 /
+// q4_1 on CUDA writes the CPU's bytes. Skipped where no usable GPU exists (TANDEM_REQUIRE_GPU=1:
+// fails).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,15 +110,18 @@ struct BlockPlan {
 
 // One cache on `dev` with one layer of hkv heads: per head, quantized blocks from the plan (head 1
 // skips the second block: heads hold different token sets), then 5 f32 tokens at positions
-// 100..104 appended to every head. With `scaled`, head 0 has channel scales and its quantized
-// blocks are channel-scaled. The same seeds give the same rows (and codes) on every device.
-KvCache build_cache(Device dev, const FormatCase& f, int d, int hkv, bool scaled) {
+// 100..104 appended to every head (f32 or f16 rows: `residual`). With `scaled`, head 0 has channel
+// scales and its quantized blocks are channel-scaled. The same seeds give the same rows (and
+// codes) on every device.
+KvCache build_cache(Device dev, const FormatCase& f, int d, int hkv, bool scaled,
+                    DType residual = DType::kF32) {
   KvCacheShape cs;
   cs.n_layers = 1;
   cs.n_kv_heads = hkv;
   cs.head_dim = d;
   cs.block_tokens = 32;
   cs.device = dev;
+  cs.dtype = residual;
   KvCache cache(cs);
   const std::vector<BlockPlan> plan = {{10, 32, 1}, {42, 7, 2}, {57, 19, 1}, {76, 1, 1}};
   uint64_t seed = 1000;
@@ -187,6 +191,20 @@ TEST(KvQuantCuda, KernelMatchesTheCpuForEveryFormat) {
         }
       }
     }
+  }
+}
+
+TEST(KvQuantCuda, KernelReadsF16ResidualBlocks) {
+  TANDEM_REQUIRE_CUDA_OR_SKIP();
+  const std::vector<int32_t> qpos = {50, 104, 104};
+  const std::vector<FormatCase> fs = formats();
+  for (const FormatCase& f : {fs[5], fs[8], fs[9]}) {  // q4_0, mixed 8/4, per-channel 2-bit
+    SCOPED_TRACE(f.name);
+    const KvCache cpu = build_cache(Device::cpu(), f, 64, 2, true, DType::kF16);
+    const KvCache gpu = build_cache(kGpu, f, 64, 2, true, DType::kF16);
+    ASSERT_EQ(gpu.blocks(0, 1).back().dtype, DType::kF16);
+    const Tensor q = host_tensor({3, 6, 64}, 99);
+    expect_close(attend(cpu, 0, q, qpos), attend(gpu, 0, q, qpos), f.name);
   }
 }
 
@@ -343,6 +361,15 @@ TEST(KvQuantCuda, PoliciesOnAGpuCacheMatchTheCpuCache) {
     for (int l = 0; l < kLayers; ++l) {
       expect_close(attend(cpu, l, q, qpos), attend(gpu, l, q, qpos), what + " decode");
     }
+    // Eviction over quantized blocks: kept slots are re-encoded in their blocks' formats.
+    for (int h = 0; h < kKv; ++h) {
+      std::vector<int64_t> keep;
+      for (int64_t i = h; i < cpu.tokens(1, h); i += 3) keep.push_back(i);
+      cpu.retain(1, h, keep);
+      gpu.retain(1, h, keep);
+    }
+    expect_same_caches(cpu, gpu, what + " after retain");
+    expect_close(attend(cpu, 1, q, qpos), attend(gpu, 1, q, qpos), what + " retain");
   }
   std::filesystem::remove(calib);
 }

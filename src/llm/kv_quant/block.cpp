@@ -3,6 +3,7 @@
 // bits per element (see kv_quant.h).
 #include <cstring>
 
+#include "reencode.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_quant.h"
 
@@ -88,6 +89,30 @@ KvBlock kv_make_block(const KvCache& cache, const KvQuantFormat& kq, const KvQua
   b.positions.assign(positions.begin(), positions.end());
   b.used = static_cast<int32_t>(n);
   return b;
+}
+
+KvBlock kv_reencode_slots(const KvCache& cache, const KvBlock& b, std::span<const int32_t> keep) {
+  const int64_t d = cache.shape().head_dim;
+  if (!b.quantized() || keep.empty()) {
+    throw InvalidArgument("kv_reencode_slots: needs a quantized block and at least one slot");
+  }
+  const Tensor kh = on_host(b.k, b.kq, b.used), vh = on_host(b.v, b.vq, b.used);
+  const auto* map = static_cast<const uint8_t*>(kh.raw_data());
+  std::vector<float> k(static_cast<size_t>(b.used * d)), v(k.size()), kk, vv;
+  kv_decode(b.kq, map, b.used, d, k.data());  // no channel scales: kept rows stay scaled
+  kv_decode(b.vq, static_cast<const uint8_t*>(vh.raw_data()), b.used, d, v.data());
+  std::vector<int32_t> pos;
+  std::vector<uint8_t> wide;
+  for (const int32_t s : keep) {
+    if (s < 0 || s >= b.used) {
+      throw InvalidArgument(cat("kv_reencode_slots: slot ", s, " of a block of ", b.used));
+    }
+    kk.insert(kk.end(), k.begin() + s * d, k.begin() + (s + 1) * d);
+    vv.insert(vv.end(), v.begin() + s * d, v.begin() + (s + 1) * d);
+    pos.push_back(b.positions[static_cast<size_t>(s)]);
+    if (b.kq.mixed) wide.push_back((map[s / 8] >> (s % 8)) & 1);
+  }
+  return kv_make_block(cache, b.kq, b.vq, kk.data(), vv.data(), pos, wide, b.channel_scaled);
 }
 
 KvStorageStats kv_storage_stats(const KvCache& cache) {
