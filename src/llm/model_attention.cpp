@@ -127,7 +127,7 @@ void cache_attention(const Tensor& q, std::span<const int32_t> positions, const 
   const int64_t group = hq / cs.n_kv_heads;
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
   if (current_tap && cs.device.is_cpu()) current_tap(cache, layer, q, positions);
-  if (!cs.device.is_cpu()) {  // the GPU kernel reads the blocks in place
+  if (!cs.device.is_cpu() && !cache.has_quantized(layer)) {  // the GPU kernel reads blocks in place
     paged_cache_attention(q, positions, cache, layer, out, scale);
     return;
   }

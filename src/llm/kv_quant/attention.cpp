@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_cuda.h"
 #include "attention_kernels.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
@@ -299,6 +300,9 @@ void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
 
 void cache_attention_quantized(const Tensor& q, std::span<const int32_t> positions,
                                const KvCache& cache, int layer, Tensor& out, float scale) {
+  if (!cache.shape().device.is_cpu()) {
+    return cache_attention_quantized_gpu(q, positions, cache, layer, out, scale);
+  }
   ragged_cache_attention(q, positions, cache, layer, out, scale);
 }
 

@@ -28,7 +28,8 @@ namespace kvattn {
 struct AttentionKernels;
 }
 
-// Called by cache_attention() for CPU caches with quantized blocks, after it validated q and out.
+// Called by cache_attention() for caches with quantized blocks, after it validated q and out: GPU
+// caches go to cache_attention_quantized_gpu (attention_cuda.h), CPU caches to the driver below.
 void cache_attention_quantized(const Tensor& q, std::span<const int32_t> positions,
                                const KvCache& cache, int layer, Tensor& out, float scale);
 
