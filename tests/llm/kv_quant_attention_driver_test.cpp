@@ -398,6 +398,11 @@ TEST(KvAttentionDriver, MalformedBlocksGiveClearErrors) {
     EXPECT_NE(what.find("K of a 32-slot affine4"), std::string::npos) << what;
     EXPECT_NE(what.find("layer 0, head 0"), std::string::npos) << what;
   }
+  // The driver checks q and out as cache_attention does.
+  const Tensor q_bad = Tensor::from_vector(normal(2 * 64, rng), {2, 1, 64}, DType::kF32);
+  EXPECT_THROW(ragged_cache_attention(q_bad, qpos, cache, 0, out, 0.125f), InvalidArgument);
+  Tensor out_bad = Tensor::empty({1, 1, 32}, DType::kF32);
+  EXPECT_THROW(ragged_cache_attention(q, qpos, cache, 0, out_bad, 0.125f), InvalidArgument);
   // A format that does not exist.
   KvBlock bad = kv_make_block(cache, fmt(KvCodec::kAffine, 4), fmt(KvCodec::kAffine, 4),
                               rows.k[0].data(), rows.v[0].data(), rows.pos[0]);

@@ -194,9 +194,25 @@ const float* rows_f32(const kvattn::AttentionKernels& kn, const KvBlock& b, cons
 
 }  // namespace
 
+void check_cache_attention_args(const Tensor& q, std::span<const int32_t> positions,
+                                const KvCache& cache, const Tensor& out) {
+  const KvCacheShape& cs = cache.shape();
+  if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
+      q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||
+      q.size(1) < cs.n_kv_heads || q.size(1) % cs.n_kv_heads != 0) {
+    throw InvalidArgument(cat("cache_attention: q ", q.to_string(), " must be contiguous f32 [",
+                              positions.size(), ", k*", cs.n_kv_heads, ", ", cs.head_dim, "]"));
+  }
+  if (out.shape() != q.shape() || out.dtype() != DType::kF32 || !out.is_contiguous()) {
+    throw InvalidArgument(
+        cat("cache_attention: out ", out.to_string(), " must be f32 ", q.shape().to_string()));
+  }
+}
+
 void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
                             const KvCache& cache, int layer, Tensor& out, float scale,
                             const kvattn::AttentionKernels* kernels) {
+  check_cache_attention_args(q, positions, cache, out);
   const KvCacheShape& cs = cache.shape();
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim, hkv = cs.n_kv_heads;
   const int64_t group = hq / hkv;

@@ -28,14 +28,21 @@ namespace kvattn {
 struct AttentionKernels;
 }
 
+// The checks of cache_attention's arguments (model.h), shared by cache_attention and the driver:
+// q contiguous f32 [positions.size(), k * n_kv_heads, head_dim] with k >= 1, out contiguous f32 of
+// q's shape. InvalidArgument naming the tensor and the shape it needs.
+void check_cache_attention_args(const Tensor& q, std::span<const int32_t> positions,
+                                const KvCache& cache, const Tensor& out);
+
 // Called by cache_attention() for caches with quantized blocks, after it validated q and out: GPU
 // caches go to cache_attention_quantized_gpu (attention_cuda.h), CPU caches to the driver below.
 void cache_attention_quantized(const Tensor& q, std::span<const int32_t> positions,
                                const KvCache& cache, int layer, Tensor& out, float scale);
 
-// The driver: q f32 [T, hq, d] (validated by cache_attention), scale already resolved. Checks the
-// layer's blocks (dtype, formats, byte sizes, channel scales) and throws InvalidArgument /
-// Unsupported naming the layer and head before any work. `kernels` null: the host's best table.
+// The driver: q f32 [T, hq, d], scale already resolved. Checks q and out
+// (check_cache_attention_args) and the layer's blocks (dtype, formats, byte sizes, channel scales)
+// and throws InvalidArgument / Unsupported naming the layer and head before any work. `kernels`
+// null: the host's best table.
 TANDEM_API void ragged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
                                        const KvCache& cache, int layer, Tensor& out, float scale,
                                        const kvattn::AttentionKernels* kernels = nullptr);
