@@ -87,6 +87,7 @@ struct ConvKernel::Impl {
   bool direct_dw = false;
   bool onednn = true;
   std::string full_impl_name;
+  std::string used_impl;  // the implementation of the primitive made last (profile)
   std::mutex mu;
   std::map<PrimKey, std::unique_ptr<Prim>> prims;
   std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed;  // weights per layout
@@ -325,6 +326,7 @@ struct ConvKernel::Impl {
         dnnl::memory::desc(Dims{y.size(0), y.size(1), y.size(2), y.size(3)}, kF32, Tag::nchw);
     e->pd = make_pd(e->src_user.dims(), e->dst_user.dims(), p, full_impl(threads));
     finish(*e);
+    used_impl = e->pd.impl_info_str();
     log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
                 e->pd.impl_info_str(), threads);
     return *prims.emplace(key, std::move(e)).first->second;
@@ -391,6 +393,7 @@ struct ConvKernel::Impl {
     e->dst_blocked = e->pd.dst_desc() == blocked;
     e->dst_user = e->dst_blocked ? blocked : dnnl::memory::desc(yd, kF32, Tag::nchw);
     finish(*e);
+    used_impl = e->pd.impl_info_str();
     log().debug("cnn conv '{}' whole input (source {}): {} ({} threads)", node.name,
                 src_block ? "blocked" : "plain", e->pd.impl_info_str(), threads);
     return *prims.emplace(key, std::move(e)).first->second;
@@ -449,6 +452,8 @@ struct ConvKernel::Impl {
   }
   int full_dst_block(int, int) { return 0; }
   void run_full(const float*, int, float*, int) { throw Unsupported("cnn: built without oneDNN"); }
+  std::string used_impl;
+  bool plain_layout() const { return true; }
 };
 
 #endif
@@ -480,6 +485,13 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, 
 ConvKernel::~ConvKernel() = default;
 
 bool ConvKernel::uses_onednn() const { return impl_->onednn; }
+
+std::string ConvKernel::impl_name() const {
+  if (impl_->direct_dw) return "tandem:direct_dw";
+  if (!impl_->onednn) return "ops::conv2d";
+  if (impl_->used_impl.empty()) return "onednn:not run";
+  return impl_->used_impl + (impl_->plain_layout() ? " (nchw)" : "");
+}
 
 bool ConvKernel::blocked_capable() const { return impl_->onednn && !impl_->direct_dw; }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/cnn/graph.h"
@@ -36,6 +37,9 @@ class ConvKernel {
   // null (it may share y's memory); y: contiguous [N, O, out.rows(), out.cols()].
   void run(const View& x, const View* residual, const Region& out, Tensor& y, int threads);
   bool uses_onednn() const;
+  // The implementation that ran last: oneDNN's impl_info_str() (" (nchw)" when on plain
+  // activations), "tandem:direct_dw" or "ops::conv2d".
+  std::string impl_name() const;
 
   // The whole-input path of the executor's blocked pipeline (oneDNN, not the direct depthwise
   // kernel): src is the whole input in layout `src_block` (0: NCHW, B: nChwBc with B =
