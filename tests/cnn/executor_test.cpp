@@ -341,6 +341,63 @@ TEST(CnnRegion, RequiredRegionIsTheHullOverConsumers) {
   EXPECT_EQ(need[x], (Region{3, 12, 0, 12}));
 }
 
+// Wide 1x1 convolutions on small maps, where oneDNN's jit_1x1 kernel rounds a row band
+// differently from the whole map and the engine switches kernels (the NHWC brgemm kernel or the
+// generic blocked one): every row band computed by run_region must equal the same rows of the
+// whole-image (blocked) run bit for bit, with and without a fused residual, on 1 and 2 threads.
+TEST(CnnRegion, WideOneByOneConvBandsAreBitIdentical) {
+  struct Case {
+    int c, o, hw, stride;
+    bool residual;
+  };
+  for (const Case k : {Case{1024, 2048, 14, 2, false}, Case{1024, 256, 14, 1, true},
+                       Case{256, 512, 28, 2, false}}) {
+    Node n;
+    n.op = OpKind::kConv;
+    n.name = "wide";
+    n.window = {1, 1, k.stride, k.stride, 1, 1, 0, 0, 0, 0};
+    n.weight = random_tensor({k.o, k.c, 1, 1}, 11, 0.05f);
+    n.bias = random_tensor({k.o}, 12);
+    n.act = {ActKind::kRelu, 0.0f, 0.0f};
+    Graph g;
+    const int x = g.add_tensor("x", {1, k.c, k.hw, k.hw});
+    g.add_input(x);
+    n.inputs = {x};
+    const int64_t ho = (k.hw - 1) / k.stride + 1;
+    if (k.residual) {
+      const int r = g.add_tensor("r", {1, k.o, ho, ho});
+      g.add_input(r);
+      n.inputs.push_back(r);
+    }
+    const int y = g.add_tensor("y");
+    n.outputs = {y};
+    g.add_output(y);
+    g.add_node(n);
+    g.infer_shapes();
+    const Tensor xin = random_tensor({1, k.c, k.hw, k.hw}, 13);
+    const Tensor rin = random_tensor({1, k.o, ho, ho}, 14);
+    for (int threads : {1, 2}) {
+      Executor full(g, {.threads = threads});
+      const Tensor want =
+          full.run(k.residual ? std::vector<Tensor>{xin, rin} : std::vector<Tensor>{xin})[0];
+      Executor part(g, {.threads = threads});
+      for (int64_t h0 = 0; h0 < ho; h0 += 3) {
+        for (int64_t h1 : {h0 + 1, std::min<int64_t>(ho, h0 + 4), ho}) {
+          const Region out{h0, h1, 0, ho};
+          const std::vector<Region> need = required_regions(g, {0}, {{y, out}});
+          std::map<int, Tile> in{{x, {testing::crop_tensor(xin, need[x]), need[x]}}};
+          if (k.residual) in[g.inputs()[1]] = {testing::crop_tensor(rin, out), out};
+          const Tensor got = part.run_region({0}, in, {{y, out}}).at(y).data;
+          EXPECT_TRUE(testing::bit_equal(got, testing::crop_tensor(want, out)))
+              << k.c << "->" << k.o << " @" << k.hw << " stride " << k.stride
+              << (k.residual ? " + residual" : "") << ", " << threads << " threads, rows "
+              << out.to_string() << " (kernel " << full.node_impls()[0] << ")";
+        }
+      }
+    }
+  }
+}
+
 TEST(CnnRegion, CutTensorsAreTheDominators) {
   const Graph g = residual_block();
   const auto cuts = cut_tensors(g);
