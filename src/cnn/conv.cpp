@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string>
 
+#include "cnn/blocked.h"
+#include "cnn/conv1x1.h"
 #include "cnn/kernels.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
@@ -77,6 +79,7 @@ using PrimKey = std::array<int64_t, 14>;  // + the activation layout (plain or a
 // oneDNN's NHWC brgemm kernel before the generic blocked one.
 // and at least this many input channels.
 constexpr int64_t kNhwcMaxPixels = 14 * 14;
+constexpr const char* kOwn1x1Name = "tandem:conv1x1_avx512";
 constexpr int64_t kNhwcMinChannels = 1024;
 
 bool env_off(const char* name) {
@@ -229,6 +232,14 @@ struct ConvKernel::Impl {
   int block = 16;   // channels per block of the blocked layout
   bool winograd = false;
   bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
+  // The engine's own AVX-512 1x1 kernel (conv1x1.h) instead of oneDNN: set by full_impl when
+  // jit_1x1 is not exact on row bands and the conv fits it.
+  bool own_1x1 = false;
+  std::unique_ptr<Conv1x1Weights> own_weights;
+  const Conv1x1Weights& own_packed() {
+    if (!own_weights) own_weights = std::make_unique<Conv1x1Weights>(pack_conv1x1(node));
+    return *own_weights;
+  }
   bool plain_layout() const { return layout == 1; }
 
   // TANDEM_CNN_CONV_LAYOUT=plain runs every conv on plain NCHW activations (oneDNN's gemm
@@ -264,10 +275,22 @@ struct ConvKernel::Impl {
       if (auto it = cache.find(key); it != cache.end()) {
         layout = it->second.first;
         full_impl_name = it->second.second;
+        own_1x1 = full_impl_name == kOwn1x1Name;
         return full_impl_name;
       }
     }
     bool exact = bands_exact(ho, threads);
+    if (!exact && block == 16 && conv1x1_fits(node) && conv1x1_available() &&
+        !env_off("TANDEM_CNN_OWN_1X1")) {
+      own_1x1 = true;  // exact on any band by construction
+      prims.clear();
+      full_impl_name = kOwn1x1Name;
+      log().debug("cnn conv '{}': jit_1x1 is not exact on row bands, using {}", node.name,
+                  full_impl_name);
+      std::lock_guard lk(cache_mu);
+      cache.emplace(key, std::make_pair(layout, full_impl_name));
+      return full_impl_name;
+    }
     if (!exact && layout == 0 && ho * wo <= kNhwcMaxPixels && xd[1] >= kNhwcMinChannels &&
         !env_off("TANDEM_CNN_1X1_NHWC")) {
       // oneDNN's brgemm 1x1 convolution on NHWC activations (reordered from and to the blocked
@@ -396,7 +419,44 @@ struct ConvKernel::Impl {
   void run(const Tensor& x, const EdgePads& p, Tensor& y, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
+    choose_layout(threads);
+    full_impl(threads);
+    if (own_1x1) {
+      run_own_tile(x, y, threads);
+      return;
+    }
     execute(get(x, p, y, threads), const_cast<void*>(x.raw_data()), y.raw_data());
+  }
+
+  // A tile through the own 1x1 kernel: x (the input cropped to the output's rows and columns
+  // times the stride) and y (NCHW, holding the residual first) go to the blocked layout and back.
+  void run_own_tile(const Tensor& x, Tensor& y, int threads) {
+    const Tensor xc = x.contiguous();
+    const BDims xd{xc.size(0), xc.size(1), xc.size(2), xc.size(3), 16};
+    const BDims yd{y.size(0), y.size(1), y.size(2), y.size(3), 16};
+    std::vector<float> xb(static_cast<size_t>(xd.elems())), yb(static_cast<size_t>(yd.elems()));
+    to_blocked(xc.data<float>(), xd, xb.data(), threads);
+    const bool residual = node.inputs.size() == 2;
+    if (residual) to_blocked(y.data<float>(), yd, yb.data(), threads);
+    Conv1x1Geometry g{xd.n, xd.h, xd.w, yd.h, yd.w, node.window.sh, node.window.sw, 0, 0};
+    conv1x1_blocked(own_packed(), node, g, xb.data(), yb.data(), residual, threads);
+    to_plain(yb.data(), yd, y.data<float>(), threads);
+  }
+
+  // The whole input through the own 1x1 kernel; src in layout src_block (0: NCHW), dst blocked.
+  void run_own_full(const float* src, int src_block, float* dst, int threads) {
+    const BDims xd{in_full[0], in_full[1], in_full[2], in_full[3], 16};
+    const Window& w = node.window;
+    const int64_t ho = window_output_size(in_full[2], 1, w.sh, 1, 0, 0, false);
+    const int64_t wo = window_output_size(in_full[3], 1, w.sw, 1, 0, 0, false);
+    std::vector<float> xb;
+    if (!src_block) {
+      xb.resize(static_cast<size_t>(xd.elems()));
+      to_blocked(src, xd, xb.data(), threads);
+      src = xb.data();
+    }
+    Conv1x1Geometry g{xd.n, xd.h, xd.w, ho, wo, w.sh, w.sw, 0, 0};
+    conv1x1_blocked(own_packed(), node, g, src, dst, node.inputs.size() == 2, threads);
   }
 
   // Whole-input primitive with the source in the executor's layout `src_block` (0: NCHW, else
@@ -436,6 +496,13 @@ struct ConvKernel::Impl {
     // oneDNN fixes a primitive's thread count when it creates it: plan under the run's count.
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
+    choose_layout(threads);
+    full_impl(threads);
+    if (own_1x1) {
+      used_impl = full_impl_name;
+      own_packed();
+      return 16;
+    }
     Prim& e = get_full(src_block, threads);
     return e.dst_blocked ? block : 0;
   }
@@ -443,6 +510,10 @@ struct ConvKernel::Impl {
   void run_full(const float* src, int src_block, float* dst, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
+    if (own_1x1) {
+      run_own_full(src, src_block, dst, threads);
+      return;
+    }
     execute(get_full(src_block, threads), const_cast<float*>(src), dst);
   }
 
@@ -496,6 +567,12 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, 
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
+  {
+    const Window& w = node.window;
+    const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+    flops_ = 2 * in_full[0] * node.weight.size(0) * node.weight.size(1) * w.kh * w.kw * ho * wo;
+  }
   // Depthwise: oneDNN's jit depthwise kernel on blocked activations (activation fused); the
   // engine's direct NCHW kernel without oneDNN or with TANDEM_CNN_DEPTHWISE=direct.
   const char* dw = std::getenv("TANDEM_CNN_DEPTHWISE");
@@ -530,7 +607,16 @@ std::string ConvKernel::impl_name() const {
 
 bool ConvKernel::blocked_capable() const { return impl_->onednn && !impl_->direct_dw; }
 
+int ConvKernel::layer_threads(int threads) const {
+  static const double serial = [] {
+    const char* e = std::getenv("TANDEM_CNN_SERIAL_FLOPS");
+    return e ? std::atof(e) : kSerialFlops;
+  }();
+  return threads > 1 && static_cast<double>(flops_) < serial ? 1 : std::max(threads, 1);
+}
+
 int ConvKernel::full_dst_block(int src_block, int threads) {
+  threads = layer_threads(threads);
   try {
     return impl_->full_dst_block(src_block, threads);
 #if defined(TANDEM_HAVE_DNNL)
@@ -543,6 +629,7 @@ int ConvKernel::full_dst_block(int src_block, int threads) {
 }
 
 void ConvKernel::run_full(const float* src, int src_block, float* dst, int threads) {
+  threads = layer_threads(threads);
   try {
     impl_->run_full(src, src_block, dst, threads);
 #if defined(TANDEM_HAVE_DNNL)
@@ -562,6 +649,7 @@ int block_size() {
 
 void ConvKernel::run(const View& x, const View* residual, const Region& out, Tensor& y,
                      int threads) {
+  threads = layer_threads(threads);
   const Node& n = impl_->node;
   if (impl_->direct_dw) {
     depthwise_conv(n, x, out, y, threads);
