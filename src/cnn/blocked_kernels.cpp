@@ -91,7 +91,9 @@ void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, cons
           const bool real = ix >= 0 && ix < W;
           if (real) {
             const float* s = xp + (iy * W + ix) * B;
-            if (is_max) {
+            if (is_max && B == 16) {  // a fixed trip count the compiler vectorises
+              for (int l = 0; l < 16; ++l) acc[l] = std::max(acc[l], s[l]);
+            } else if (is_max) {
               for (int64_t l = 0; l < B; ++l) acc[l] = std::max(acc[l], s[l]);
             } else {
               for (int64_t l = 0; l < B; ++l) acc[l] += s[l];
