@@ -4,8 +4,8 @@
 
 Runs the model with SessionOptions.enable_profiling (graph optimisation ALL, intra-op threads N,
 sequential), drops the warm-up runs' events, and prints per node of the optimised graph: the
-node name, its op type (after ORT's fusions, e.g. FusedConv, NchwcConv), the mean kernel time in
-ms over the timed runs, plus the total per op type. -o json writes the same as JSON.
+node name, its op type (after ORT's fusions, e.g. FusedConv, NchwcConv), the median kernel time
+in ms over the timed runs, plus the total per op type. -o json writes the same as JSON.
 
 Usage: ort_profile.py --model M.onnx [--threads 1] [-r 10] [--warmup 3] [-o md|json]
 Needs: pip install onnxruntime numpy
@@ -13,6 +13,7 @@ Needs: pip install onnxruntime numpy
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 
@@ -60,13 +61,13 @@ def main():
         name = e["name"][: -len("_kernel_time")]
         op = e.get("args", {}).get("op_name", "?")
         if name not in nodes:
-            nodes[name] = [op, 0.0, 0]
+            nodes[name] = [op, []]
             order.append(name)
-        nodes[name][1] += e["dur"]
-        nodes[name][2] += 1
+        nodes[name][1].append(e["dur"] / 1000.0)
     run_ms = [r["dur"] / 1000.0 for r in timed]
-    rows = [{"name": n, "op": nodes[n][0], "ms": nodes[n][1] / 1000.0 / max(1, len(timed))}
-            for n in order]
+    # Per node: the median over the timed runs (as `tandem cnn-run --profile`), so a run
+    # pre-empted by another job does not inflate every node.
+    rows = [{"name": n, "op": nodes[n][0], "ms": statistics.median(nodes[n][1])} for n in order]
     by_op = {}
     for r in rows:
         by_op[r["op"]] = by_op.get(r["op"], 0.0) + r["ms"]
