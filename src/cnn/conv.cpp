@@ -82,6 +82,11 @@ constexpr int64_t kNhwcMaxPixels = 14 * 14;
 constexpr const char* kOwn1x1Name = "tandem:conv1x1_avx512";
 constexpr int64_t kNhwcMinChannels = 1024;
 
+bool own_1x1_everywhere() {
+  const char* e = std::getenv("TANDEM_CNN_OWN_1X1");
+  return e && std::string(e) == "all";
+}
+
 bool env_off(const char* name) {
   const char* e = std::getenv(name);
   return e && std::string(e) == "0";
@@ -250,13 +255,20 @@ struct ConvKernel::Impl {
     layout = e && std::string(e) == "plain" ? 1 : 0;
   }
 
-  // The implementation oneDNN picks for the whole input (computed once).
   // The implementation oneDNN picks for the whole input (computed once). oneDNN's jit_1x1 kernel
   // blocks the input-channel sum by the output height (small maps with many channels), so a row
   // band can round differently from the whole map; for 1x1 convs the choice is probed once per
-  // geometry (process-wide) and replaced by the generic jit kernel when a band differs.
+  // geometry (process-wide) and replaced, when a band differs, by the engine's own 1x1 kernel
+  // (conv1x1.h), else oneDNN's NHWC brgemm kernel or its generic blocked jit kernel.
+  // TANDEM_CNN_OWN_1X1=0 never uses the own kernel, =all uses it for every 1x1 conv it fits.
   const std::string& full_impl(int threads) {
     if (!full_impl_name.empty()) return full_impl_name;
+    if (own_1x1_everywhere() && block == 16 && conv1x1_fits(node) && conv1x1_available() &&
+        !plain_layout()) {
+      own_1x1 = true;
+      full_impl_name = kOwn1x1Name;
+      return full_impl_name;
+    }
     const Window& w = node.window;
     const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
     const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);

@@ -31,8 +31,7 @@ constexpr int kTileOB = 4;   // output-channel blocks per micro-kernel tile
 constexpr int kChunkP = 48;  // output pixels per work item (a multiple of kTileP)
 
 struct Args {
-  const float* w;          // packed weights of the tile's first output block
-  int64_t w_ob_stride;     // floats between output blocks of the packed weights
+  const float* w;          // packed weights of the tile's output-block group: [c][OB][16]
   const float* x[kTileP];  // input pixel bases (block 0)
   int64_t x_cb_stride;     // floats between input-channel blocks
   int64_t cb;              // input-channel blocks
@@ -70,12 +69,12 @@ __attribute__((target("avx512f,fma"))) void micro(const Args& a) {
     const int64_t xo = cb * a.x_cb_stride;
     for (int i = 0; i < kB; ++i) {
       __m512 wv[OB];
-      for (int o = 0; o < OB; ++o) wv[o] = _mm512_loadu_ps(w + o * a.w_ob_stride);
+      for (int o = 0; o < OB; ++o) wv[o] = _mm512_loadu_ps(w + o * kB);
       for (int p = 0; p < P; ++p) {
         const __m512 xb = _mm512_set1_ps(a.x[p][xo + i]);
         for (int o = 0; o < OB; ++o) acc[p][o] = _mm512_fmadd_ps(wv[o], xb, acc[p][o]);
       }
-      w += kB;
+      w += OB * kB;
     }
   }
   for (int o = 0; o < OB; ++o) {
@@ -127,6 +126,14 @@ MicroFn pick(int p, int ob) {
 
 }  // namespace
 
+// Index of weight (o, c) in the packed layout: group g = o / (16 * kTileOB) starts at
+// g * kTileOB * C16 * 16 and holds [C16][nb][16] with nb = its number of blocks.
+int64_t w_index(const Conv1x1Weights& p, int64_t o, int64_t c) {
+  const int64_t blk = o / kB, g = blk / kTileOB;
+  const int64_t nb = std::min<int64_t>(kTileOB, p.ob - g * kTileOB);
+  return g * kTileOB * p.cb * kB * kB + (c * nb + blk % kTileOB) * kB + o % kB;
+}
+
 bool conv1x1_available() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
   return ok;
@@ -148,13 +155,14 @@ Conv1x1Weights pack_conv1x1(const Node& n) {
   p.c = n.weight.size(1);
   p.ob = (p.o + kB - 1) / kB;
   p.cb = (p.c + kB - 1) / kB;
+  // Groups of kTileOB output blocks (the micro-kernel's width), each [c][blocks in group][16],
+  // so one input channel's weight vectors of a tile are contiguous.
   p.w.assign(static_cast<size_t>(p.ob * p.cb * kB * kB), 0.0f);
   p.bias.assign(static_cast<size_t>(p.ob * kB), 0.0f);
   const Tensor wc = n.weight.contiguous();
   const float* w = wc.data<float>();
   for (int64_t o = 0; o < p.o; ++o)
-    for (int64_t c = 0; c < p.c; ++c)
-      p.w[static_cast<size_t>(((o / kB) * p.cb * kB + c) * kB + o % kB)] = w[o * p.c + c];
+    for (int64_t c = 0; c < p.c; ++c) p.w[static_cast<size_t>(w_index(p, o, c))] = w[o * p.c + c];
   if (n.bias.defined()) {
     const Tensor bc = n.bias.contiguous();
     std::memcpy(p.bias.data(), bc.data<float>(), static_cast<size_t>(p.o) * sizeof(float));
@@ -170,7 +178,6 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
   const int64_t groups = (p.ob + kTileOB - 1) / kTileOB;
   const int64_t x_cb_stride = g.xh * g.xw * kB, y_ob_stride = g.yh * g.yw * kB;
   const int64_t x_img = p.cb * x_cb_stride, y_img = p.ob * y_ob_stride;
-  const int64_t w_ob_stride = p.cb * kB * kB;
   const int last_lanes = static_cast<int>(p.o - (p.ob - 1) * kB);
   const __mmask16 last_mask = static_cast<__mmask16>((1u << last_lanes) - 1u);
   // Weights bigger than the input: output-channel groups outer (a group's weights stay in cache
@@ -186,8 +193,7 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
     const int64_t ob0 = grp * kTileOB;
     const int ob = static_cast<int>(std::min<int64_t>(kTileOB, p.ob - ob0));
     Args a;
-    a.w = p.w.data() + ob0 * w_ob_stride;
-    a.w_ob_stride = w_ob_stride;
+    a.w = p.w.data() + ob0 * p.cb * kB * kB;
     a.x_cb_stride = x_cb_stride;
     a.cb = p.cb;
     a.bias = p.bias.data() + ob0 * kB;

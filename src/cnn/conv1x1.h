@@ -9,9 +9,9 @@
 // order in registers, so any band, tile, thread count or work split gives the same bits.
 //
 // How: y[p][o] = act(sum_c x[p][c] * w[c][o] + bias[o] + residual[p][o]) over nChw16c
-// activations, with the weights packed once as [O/16][C16][16] (C16: C rounded up to 16, zeros
-// past C and O); stride s reads input pixel (oh*s + row_off, ow*s + col_off) of the given
-// (possibly cropped) input block. Activations: none, ReLU, LeakyReLU, Clip.
+// activations, with the weights packed once in groups of 4 output blocks as [C16][4][16] (C16: C
+// rounded up to 16, zeros past C and O); stride s reads input pixel (oh*s + row_off, ow*s +
+// col_off) of the given (possibly cropped) input block. Activations: none, ReLU, LeakyReLU, Clip.
 //
 //   Conv1x1Weights w = pack_conv1x1(node);
 //   conv1x1_blocked(w, node, {.n = 1, .xh = 14, .xw = 14, .yh = 7, .yw = 7, .sh = 2, .sw = 2},
@@ -27,7 +27,7 @@ namespace tandem::cnn::kernels {
 
 struct Conv1x1Weights {
   int64_t c = 0, o = 0, cb = 0, ob = 0;  // channels and 16-channel blocks
-  std::vector<float> w;                  // [ob][cb*16][16]
+  std::vector<float> w;                  // per group of 4 output blocks: [cb*16][blocks][16]
   std::vector<float> bias;               // [ob*16], zeros past o
 };
 
