@@ -184,7 +184,9 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
   // while the pixels stream); else pixel chunks outer.
   const bool groups_outer = p.w.size() > static_cast<size_t>(x_img);
   const int64_t items = g.n * chunks * groups;
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
+  // Dynamic: on a shared machine a pre-empted thread's items go to the others (a static split
+  // waits for it). Every output is computed by exactly one item, so the split never changes bits.
+#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(dynamic)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t img = it / (chunks * groups);
     const int64_t r = it % (chunks * groups);
