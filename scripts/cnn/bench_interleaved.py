@@ -7,7 +7,7 @@ followed by one block of ORT runs compares two different machines. This script a
 blocks instead: per round, per model and thread count, `tandem bench-cnn --no-ort -o json` and
 `bench_ort.py` (the order flips every round), each with `-r` timed runs after a warm-up, and pools
 the samples of all rounds. It reports p50 and min per side, their ratios (ORT / tandem: > 1 means
-tandem is faster), GFLOP/s at p50 against the FMA peak (the highest of the peaks the tandem runs
+tandem is faster), GFLOP/s at p50 against the FMA peak (the median of the peaks the tandem runs
 measured for that thread count: `measure_cpu_fma_peak_flops`, a register-only FMA loop), the
 process CPU time per run on both sides (all threads; it leaves out the time spent waiting for a CPU
 on a loaded machine, so at 1 thread its ratio compares the kernels' work) and the load average
@@ -99,7 +99,7 @@ def main():
     for model in models:
         for t in threads:
             o = summary(samples[(model, t, "ort")])
-            peak = max(peaks[t])
+            peak = statistics.median(peaks[t])
             rec = {"model": model, "threads": t, "gflop": gflop[model],
                    "fma_peak_gflop_per_s": peak, "onnxruntime_ms": o,
                    "onnxruntime_gflop_per_s_p50": gflop[model] / (o["p50"] * 1e-3)}
