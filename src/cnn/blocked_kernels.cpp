@@ -2,7 +2,9 @@
 // The engine's kernels on the blocked layout nChwBc (see blocked.h). Every channel lane repeats
 // the NCHW kernel's arithmetic in the same order (kernels.cpp), so results are bit-identical;
 // the lanes past the channel count stay zero.
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -65,6 +67,7 @@ void to_plain(const float* x, const BDims& d, float* y, int threads) {
   }
 }
 
+#if defined(__x86_64__)
 // Max pool on 16-lane blocks with AVX-512: the same maxima as the scalar loop below
 // (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros included).
 static __attribute__((target("avx512f"))) void max_pool_b16(const Window& w, const float* x,
@@ -91,16 +94,20 @@ static __attribute__((target("avx512f"))) void max_pool_b16(const Window& w, con
   }
 }
 
+#endif
+
 void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, const BDims& yd,
                   int threads) {
   const Window& w = n.window;
   const bool is_max = n.op == OpKind::kMaxPool;
+#if defined(__x86_64__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (is_max && xd.b == 16 && avx512) {
     max_pool_b16(w, x, xd, y, yd, threads);
     zero_tail(y, yd);
     return;
   }
+#endif
   const int64_t B = xd.b, H = xd.h, W = xd.w, nb = xd.blocks();
   const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
 #pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Convolution of the CNN engine: oneDNN's convolution primitive with bias and the fused
-// activation as post-ops, weights packed once per layout, the source passed as a strided view.
-// Fallback without oneDNN: the core ops::conv2d, then the activation.
+// activation as post-ops, weights packed once per layout, the source passed as a strided view;
+// 1x1 convs that oneDNN's jit_1x1 cannot run band-exactly go to the engine's own AVX-512 kernel
+// (conv1x1.h). Fallback without oneDNN: the core ops::conv2d, then the activation.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 #include <mutex>
 #include <string>
 
-#include "cnn/blocked.h"
 #include "cnn/conv1x1.h"
 #include "cnn/kernels.h"
 #include "tandem/core/error.h"
@@ -434,41 +434,10 @@ struct ConvKernel::Impl {
     choose_layout(threads);
     full_impl(threads);
     if (own_1x1) {
-      run_own_tile(x, y, threads);
+      conv1x1_nchw_tile(own_packed(), node, x, y, threads);
       return;
     }
     execute(get(x, p, y, threads), const_cast<void*>(x.raw_data()), y.raw_data());
-  }
-
-  // A tile through the own 1x1 kernel: x (the input cropped to the output's rows and columns
-  // times the stride) and y (NCHW, holding the residual first) go to the blocked layout and back.
-  void run_own_tile(const Tensor& x, Tensor& y, int threads) {
-    const Tensor xc = x.contiguous();
-    const BDims xd{xc.size(0), xc.size(1), xc.size(2), xc.size(3), 16};
-    const BDims yd{y.size(0), y.size(1), y.size(2), y.size(3), 16};
-    std::vector<float> xb(static_cast<size_t>(xd.elems())), yb(static_cast<size_t>(yd.elems()));
-    to_blocked(xc.data<float>(), xd, xb.data(), threads);
-    const bool residual = node.inputs.size() == 2;
-    if (residual) to_blocked(y.data<float>(), yd, yb.data(), threads);
-    Conv1x1Geometry g{xd.n, xd.h, xd.w, yd.h, yd.w, node.window.sh, node.window.sw, 0, 0};
-    conv1x1_blocked(own_packed(), node, g, xb.data(), yb.data(), residual, threads);
-    to_plain(yb.data(), yd, y.data<float>(), threads);
-  }
-
-  // The whole input through the own 1x1 kernel; src in layout src_block (0: NCHW), dst blocked.
-  void run_own_full(const float* src, int src_block, float* dst, int threads) {
-    const BDims xd{in_full[0], in_full[1], in_full[2], in_full[3], 16};
-    const Window& w = node.window;
-    const int64_t ho = window_output_size(in_full[2], 1, w.sh, 1, 0, 0, false);
-    const int64_t wo = window_output_size(in_full[3], 1, w.sw, 1, 0, 0, false);
-    std::vector<float> xb;
-    if (!src_block) {
-      xb.resize(static_cast<size_t>(xd.elems()));
-      to_blocked(src, xd, xb.data(), threads);
-      src = xb.data();
-    }
-    Conv1x1Geometry g{xd.n, xd.h, xd.w, ho, wo, w.sh, w.sw, 0, 0};
-    conv1x1_blocked(own_packed(), node, g, src, dst, node.inputs.size() == 2, threads);
   }
 
   // Whole-input primitive with the source in the executor's layout `src_block` (0: NCHW, else
@@ -523,7 +492,7 @@ struct ConvKernel::Impl {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
     if (own_1x1) {
-      run_own_full(src, src_block, dst, threads);
+      conv1x1_whole(own_packed(), node, in_full, src, src_block, dst, threads);
       return;
     }
     execute(get_full(src_block, threads), const_cast<float*>(src), dst);

@@ -10,12 +10,15 @@
 // splits the channel sum into blocks that depend on the map's size and adds the partial sums).
 #include "cnn/conv1x1.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "cnn/blocked.h"
 #include "tandem/core/error.h"
 
 // GCC 12 warns about the undefined first operand inside the masked min/max intrinsics.
@@ -29,6 +32,16 @@ constexpr int kB = 16;       // channels per block (AVX-512 lanes)
 constexpr int kTileP = 6;    // output pixels per micro-kernel tile
 constexpr int kTileOB = 4;   // output-channel blocks per micro-kernel tile
 constexpr int kChunkP = 48;  // output pixels per work item (a multiple of kTileP)
+
+// Index of weight (o, c) in the packed layout: group g = o / (16 * kTileOB) starts at
+// g * kTileOB * C16 * 16 and holds [C16][nb][16] with nb = its number of blocks.
+int64_t w_index(const Conv1x1Weights& p, int64_t o, int64_t c) {
+  const int64_t blk = o / kB, g = blk / kTileOB;
+  const int64_t nb = std::min<int64_t>(kTileOB, p.ob - g * kTileOB);
+  return g * kTileOB * p.cb * kB * kB + (c * nb + blk % kTileOB) * kB + o % kB;
+}
+
+#if defined(__x86_64__)
 
 struct Args {
   const float* w;          // packed weights of the tile's output-block group: [c][OB][16]
@@ -124,19 +137,17 @@ MicroFn pick(int p, int ob) {
   }
 }
 
+#endif  // __x86_64__
+
 }  // namespace
 
-// Index of weight (o, c) in the packed layout: group g = o / (16 * kTileOB) starts at
-// g * kTileOB * C16 * 16 and holds [C16][nb][16] with nb = its number of blocks.
-int64_t w_index(const Conv1x1Weights& p, int64_t o, int64_t c) {
-  const int64_t blk = o / kB, g = blk / kTileOB;
-  const int64_t nb = std::min<int64_t>(kTileOB, p.ob - g * kTileOB);
-  return g * kTileOB * p.cb * kB * kB + (c * nb + blk % kTileOB) * kB + o % kB;
-}
-
 bool conv1x1_available() {
+#if defined(__x86_64__)
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
   return ok;
+#else
+  return false;
+#endif
 }
 
 bool conv1x1_fits(const Node& n) {
@@ -170,6 +181,7 @@ Conv1x1Weights pack_conv1x1(const Node& n) {
   return p;
 }
 
+#if defined(__x86_64__)
 void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geometry& g,
                      const float* x, float* y, bool residual, int threads) {
   TANDEM_CHECK(conv1x1_available()) << "conv1x1_blocked: no AVX-512 on this CPU";
@@ -218,6 +230,40 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
       pick(tp, ob)(a);
     }
   }
+}
+#else
+void conv1x1_blocked(const Conv1x1Weights&, const Node&, const Conv1x1Geometry&, const float*,
+                     float*, bool, int) {
+  throw Unsupported("conv1x1_blocked: the own 1x1 kernel needs x86-64 with AVX-512");
+}
+#endif
+
+void conv1x1_nchw_tile(const Conv1x1Weights& w, const Node& n, const Tensor& x, Tensor& y,
+                       int threads) {
+  const Tensor xc = x.contiguous();
+  const BDims xd{xc.size(0), xc.size(1), xc.size(2), xc.size(3), kB};
+  const BDims yd{y.size(0), y.size(1), y.size(2), y.size(3), kB};
+  std::vector<float> xb(static_cast<size_t>(xd.elems())), yb(static_cast<size_t>(yd.elems()));
+  to_blocked(xc.data<float>(), xd, xb.data(), threads);
+  const bool residual = n.inputs.size() == 2;
+  if (residual) to_blocked(y.data<float>(), yd, yb.data(), threads);
+  const Conv1x1Geometry g{xd.n, xd.h, xd.w, yd.h, yd.w, n.window.sh, n.window.sw, 0, 0};
+  conv1x1_blocked(w, n, g, xb.data(), yb.data(), residual, threads);
+  to_plain(yb.data(), yd, y.data<float>(), threads);
+}
+
+void conv1x1_whole(const Conv1x1Weights& w, const Node& n, const Shape& in_full, const float* src,
+                   int src_block, float* dst, int threads) {
+  const BDims xd{in_full[0], in_full[1], in_full[2], in_full[3], kB};
+  const int64_t ho = (in_full[2] - 1) / n.window.sh + 1, wo = (in_full[3] - 1) / n.window.sw + 1;
+  std::vector<float> xb;
+  if (!src_block) {
+    xb.resize(static_cast<size_t>(xd.elems()));
+    to_blocked(src, xd, xb.data(), threads);
+    src = xb.data();
+  }
+  const Conv1x1Geometry g{xd.n, xd.h, xd.w, ho, wo, n.window.sh, n.window.sw, 0, 0};
+  conv1x1_blocked(w, n, g, src, dst, n.inputs.size() == 2, threads);
 }
 
 }  // namespace tandem::cnn::kernels

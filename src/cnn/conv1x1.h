@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tandem/cnn/graph.h"
+#include "tandem/core/tensor.h"
 
 namespace tandem::cnn::kernels {
 
@@ -46,5 +47,15 @@ Conv1x1Weights pack_conv1x1(const Node& n);
 // x: [n][cb][xh][xw][16]; y: [n][ob][yh][yw][16], holding the residual first when `residual`.
 void conv1x1_blocked(const Conv1x1Weights& w, const Node& n, const Conv1x1Geometry& g,
                      const float* x, float* y, bool residual, int threads);
+
+// A tile on NCHW tensors: x is the input cropped to the output's rows and columns times the
+// stride, y the output tile (holding the residual first when the node has one); both go to the
+// blocked layout and back.
+void conv1x1_nchw_tile(const Conv1x1Weights& w, const Node& n, const Tensor& x, Tensor& y,
+                       int threads);
+// The whole input of shape in_full (layout src_block: 0 NCHW, 16 blocked) into the blocked dst
+// (holding the residual first when the node has one).
+void conv1x1_whole(const Conv1x1Weights& w, const Node& n, const Shape& in_full, const float* src,
+                   int src_block, float* dst, int threads);
 
 }  // namespace tandem::cnn::kernels
