@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "cnn/conv1x1.h"
 #include "cnn/kernels.h"
@@ -70,6 +71,12 @@ struct Prim {
   dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch, dst_in_scratch;
   dnnl::memory weights;      // packed into pd.weights_desc() (shared between primitives)
   bool dst_blocked = false;  // whole-input primitive: dst_user is the blocked layout
+  // Bound on the first execution and reused (only the data handles change per call): the stream,
+  // the user memories and the convolution's arguments.
+  bool bound = false;
+  dnnl::stream stream;
+  dnnl::memory src_mem, dst_mem;
+  std::unordered_map<int, dnnl::memory> conv_args;
 };
 
 // key: N, C, H, W, 4 source strides, 4 edge pads, threads
@@ -499,28 +506,34 @@ struct ConvKernel::Impl {
   }
 
   void execute(Prim& e, void* x, void* y) {
-    dnnl::stream st(engine());
-    dnnl::memory src(e.src_user, engine(), x);
-    dnnl::memory dst(e.dst_user, engine(), y);
+    if (!e.bound) {
+      e.stream = dnnl::stream(engine());
+      e.src_mem = dnnl::memory(e.src_user, engine(), x);
+      e.dst_mem = dnnl::memory(e.dst_user, engine(), y);
+      e.conv_args = {{DNNL_ARG_SRC, e.src_reorder ? e.src_buf : e.src_mem},
+                     {DNNL_ARG_WEIGHTS, e.weights},
+                     {DNNL_ARG_DST, e.dst_reorder ? e.dst_buf : e.dst_mem}};
+      if (node.bias.defined())
+        e.conv_args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), node.bias.raw_data()));
+      if (e.scratch) e.conv_args.emplace(DNNL_ARG_SCRATCHPAD, e.scratch);
+      e.bound = true;
+    } else {
+      e.src_mem.set_data_handle(x);
+      e.dst_mem.set_data_handle(y);
+    }
+    dnnl::stream& st = e.stream;
+    const dnnl::memory& src = e.src_mem;
+    const dnnl::memory& dst = e.dst_mem;
     auto reorder = [&](const dnnl::reorder& r, const dnnl::memory& from, const dnnl::memory& to,
                        const dnnl::memory& pad) {
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
       if (pad) args.emplace(DNNL_ARG_SCRATCHPAD, pad);
       r.execute(st, args);
     };
-    if (e.src_reorder) {
-      reorder(e.src_reorder, src, e.src_buf, e.src_scratch);
-      src = e.src_buf;
-    }
-    dnnl::memory out = e.dst_reorder ? e.dst_buf : dst;
+    if (e.src_reorder) reorder(e.src_reorder, src, e.src_buf, e.src_scratch);
     if (e.dst_in_reorder) reorder(e.dst_in_reorder, dst, e.dst_buf, e.dst_in_scratch);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, out}};
-    if (node.bias.defined())
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), node.bias.raw_data()));
-    if (e.scratch) args.emplace(DNNL_ARG_SCRATCHPAD, e.scratch);
-    e.prim.execute(st, args);
-    if (e.dst_reorder) reorder(e.dst_reorder, out, dst, e.dst_scratch);
+    e.prim.execute(st, e.conv_args);
+    if (e.dst_reorder) reorder(e.dst_reorder, e.dst_buf, dst, e.dst_scratch);
     st.wait();
   }
 };
