@@ -4,6 +4,8 @@
 // same run (scripts/cnn/bench_ort.py, run once per model right after tandem's samples), reported
 // as the ratio ORT latency / tandem latency (> 1: tandem is faster). Results on stdout (md or
 // JSON), progress on stderr.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,13 @@
 
 namespace tandem::cli {
 namespace {
+
+// CPU time this process has used (all threads), ms.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
 
 struct CnnBenchOptions {
   std::vector<std::string> models;  // files, or names looked up in models_dir
@@ -118,15 +127,17 @@ int run_cnn_bench(const CnnBenchOptions& o) {
     for (int t : thread_counts) {
       cnn::Executor ex(g, {.threads = t});
       for (int w = 0; w < std::max(o.warmup, 1); ++w) ex.run({x});
-      std::vector<double> samples;
+      std::vector<double> samples, cpu;
       for (int r = 0; r < o.repetitions; ++r) {
         progress.update(cat(std::filesystem::path(path).stem().string(), " threads ", t, " run ",
                             r + 1, "/", o.repetitions));
+        const double c0 = process_cpu_ms();
         const auto t0 = std::chrono::steady_clock::now();
         ex.run({x});
         samples.push_back(
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count());
+        cpu.push_back(process_cpu_ms() - c0);
       }
       const SampleStats s = stats_of(samples);
       nlohmann::json rec = {{"model", std::filesystem::path(path).stem().string()},
@@ -135,6 +146,9 @@ int run_cnn_bench(const CnnBenchOptions& o) {
                             {"input_shape", in_shape.to_vector()},
                             {"gflop", gflop},
                             {"samples_ms", samples},
+                            // CPU time of the process per run (all threads): on a shared machine
+                            // it leaves out the time spent waiting for a CPU.
+                            {"cpu_ms", cpu},
                             {"latency_ms",
                              {{"mean", s.mean},
                               {"stddev", s.stddev},

@@ -28,6 +28,7 @@ struct CnnRunOptions {
   int threads = 1;
   int batch = 1;
   int top = 5;
+  int runs = 1;
   bool profile = false;
   std::string device = "cpu";
   std::string output = "md";
@@ -96,9 +97,28 @@ int run_cnn(const CnnRunOptions& o) {
   const auto t1 = Clock::now();
   ex.run({x});  // first run: primitive creation and weight packing
   const double first_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
-  const auto t2 = Clock::now();
-  const std::vector<Tensor> ys = ex.run({x});
-  const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - t2).count();
+  // Timed runs: the latency is their median; the profile holds each node's median.
+  std::vector<double> run_samples, node_sum_samples;
+  std::vector<std::vector<double>> node_samples(g.nodes().size());
+  std::vector<Tensor> ys;
+  for (int r = 0; r < o.runs; ++r) {
+    const auto t2 = Clock::now();
+    ys = ex.run({x});
+    run_samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t2).count());
+    if (o.profile) {
+      double sum = 0;
+      for (size_t i = 0; i < g.nodes().size(); ++i) {
+        node_samples[i].push_back(ex.node_times_ms()[i]);
+        sum += ex.node_times_ms()[i];
+      }
+      node_sum_samples.push_back(sum);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  const double run_ms = median(run_samples);
 
   nlohmann::json outs = nlohmann::json::array();
   for (size_t i = 0; i < ys.size(); ++i)
@@ -121,10 +141,12 @@ int run_cnn(const CnnRunOptions& o) {
                       {"import_ms", import_ms},
                       {"first_run_ms", first_ms},
                       {"latency_ms", run_ms},
+                      {"latency_samples_ms", run_samples},
                       {"gflop_per_s", gflop / (run_ms * 1e-3)},
                       {"outputs", outs}};
-  if (o.profile) {  // time per op kind (convs split by kernel shape class)
+  if (o.profile) {  // time per node and per op kind (convs split by kernel shape class)
     std::map<std::string, std::pair<double, int64_t>> by_kind;
+    const std::vector<std::string> impls = ex.node_impls();
     nlohmann::json nodes = nlohmann::json::array();
     for (size_t i = 0; i < g.nodes().size(); ++i) {
       const cnn::Node& n = g.node(static_cast<int>(i));
@@ -133,17 +155,25 @@ int run_cnn(const CnnRunOptions& o) {
         kind += n.groups > 1 && n.groups == n.weight.size(0) ? " depthwise"
                 : n.window.kh * n.window.kw == 1             ? " 1x1"
                                                              : " kxk";
-      by_kind[kind].first += ex.node_times_ms()[i];
-      by_kind[kind].second += g.flops(static_cast<int>(i));
+      const double ms = median(node_samples[i]);
+      const int64_t flops = g.flops(static_cast<int>(i));
+      by_kind[kind].first += ms;
+      by_kind[kind].second += flops;
+      const Shape& ys0 = g.tensor(n.outputs[0]).shape;
       nodes.push_back({{"name", n.name},
                        {"op", kind},
-                       {"ms", ex.node_times_ms()[i]},
-                       {"flops", g.flops(static_cast<int>(i))}});
+                       {"impl", impls[i]},
+                       {"in", g.tensor(n.inputs[0]).shape.to_vector()},
+                       {"out", ys0.to_vector()},
+                       {"ms", ms},
+                       {"flops", flops},
+                       {"gflop_per_s", ms > 0 ? flops * 1e-9 / (ms * 1e-3) : 0.0}});
     }
     nlohmann::json kinds = nlohmann::json::object();
     for (const auto& [k, v] : by_kind)
       kinds[k] = {{"ms", v.first}, {"gflop_per_s", v.second * 1e-9 / (v.first * 1e-3)}};
-    j["profile"] = {{"by_op", kinds}, {"nodes", nodes}};
+    // Per run: the nodes' times together (the rest of the run is outside every node).
+    j["profile"] = {{"by_op", kinds}, {"nodes", nodes}, {"node_sum_samples_ms", node_sum_samples}};
   }
   if (o.output == "json") {
     std::printf("%s\n", j.dump(2).c_str());
@@ -162,6 +192,13 @@ int run_cnn(const CnnRunOptions& o) {
     for (const auto& [k, v] : j["profile"]["by_op"].items())
       std::printf("| %s | %.2f | %.1f |\n", k.c_str(), v["ms"].get<double>(),
                   v["gflop_per_s"].get<double>());
+    std::printf("\n| node | op | impl | in -> out | ms | GFLOP/s |\n|---|---|---|---|---|---|\n");
+    for (const auto& nd : j["profile"]["nodes"])
+      std::printf("| %s | %s | %s | %s -> %s | %.3f | %.1f |\n",
+                  nd["name"].get<std::string>().c_str(), nd["op"].get<std::string>().c_str(),
+                  nd["impl"].get<std::string>().c_str(), nd["in"].dump().c_str(),
+                  nd["out"].dump().c_str(), nd["ms"].get<double>(),
+                  nd["gflop_per_s"].get<double>());
     std::printf("\n");
   }
   std::printf("| output | shape | min | mean | max | top classes |\n|---|---|---|---|---|---|\n");
@@ -187,7 +224,11 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--batch", o->batch, "batch for a symbolic leading input dimension")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--top", o->top, "top classes to list for [N, classes] outputs");
-  sub->add_flag("--profile", o->profile, "time every node; print the time per op kind");
+  sub->add_option("-r,--runs", o->runs, "timed runs after the warm-up (latency: their median)")
+      ->check(CLI::Range(1, 100000));
+  sub->add_flag("--profile", o->profile,
+                "time every node (median over the runs); print each node's kernel (oneDNN "
+                "impl_info_str), ms and GFLOP/s, and the time per op kind");
   sub->add_option("-d,--device", o->device,
                   "cpu, or cuda:N (cuDNN/cuBLAS runner of the CUDA module)");
   sub->add_option("-o,--output", o->output, "output format")->check(CLI::IsMember({"md", "json"}));

@@ -7,7 +7,11 @@ followed by one block of ORT runs compares two different machines. This script a
 blocks instead: per round, per model and thread count, `tandem bench-cnn --no-ort -o json` and
 `bench_ort.py` (the order flips every round), each with `-r` timed runs after a warm-up, and pools
 the samples of all rounds. It reports p50 and min per side, their ratios (ORT / tandem: > 1 means
-tandem is faster) and the load average before and after.
+tandem is faster), GFLOP/s at p50 against the FMA peak (the median of the peaks the tandem runs
+measured for that thread count: `measure_cpu_fma_peak_flops`, a register-only FMA loop), the
+process CPU time per run on both sides (all threads; it leaves out the time spent waiting for a CPU
+on a loaded machine, so at 1 thread its ratio compares the kernels' work) and the load average
+before and after.
 
 Each --variant NAME=ENV runs tandem with extra environment variables (e.g.
 `winograd=TANDEM_CNN_WINOGRAD=1`); the default variant is tandem as built.
@@ -54,6 +58,9 @@ def main():
     models = a.models.split(",")
     threads = [int(t) for t in a.threads.split(",")]
     samples = {}  # (model, threads, side) -> list
+    cpu_samples = {}  # the same, process CPU time per run (leaves out waiting for a CPU)
+    gflop = {}  # model -> GFLOP per image (tandem's count: 2 x multiply-adds)
+    peaks = {}  # threads -> FMA peaks (GFLOP/s) measured by each tandem run
     ort_version = None
     load_before = os.getloadavg()
     for rnd in range(a.rounds):
@@ -73,12 +80,17 @@ def main():
                             sys.exit(j["error"])
                         ort_version = j["onnxruntime"]
                         got = j["results"][0]["samples_ms"]
+                        cpu = j["results"][0].get("cpu_ms", [])
                     else:
                         j = run_json([a.tandem, "bench-cnn", "-m", path, "-t", str(t), "-r",
                                       str(a.repetitions), "--warmup", "1", "--no-ort", "-o",
                                       "json"], dict(base_env, **extra))
                         got = j["results"][0]["samples_ms"]
+                        cpu = j["results"][0].get("cpu_ms", [])
+                        gflop[model] = j["results"][0]["gflop"]
+                        peaks.setdefault(t, []).append(j["results"][0]["peak_gflop_per_s"])
                     samples.setdefault((model, t, side), []).extend(got)
+                    cpu_samples.setdefault((model, t, side), []).extend(cpu)
                     print(f"round {rnd + 1}/{a.rounds} {model} t={t} {side}: "
                           f"p50 {statistics.median(got):.1f} ms", file=sys.stderr)
     out = {"onnxruntime": ort_version, "rounds": a.rounds, "repetitions": a.repetitions,
@@ -87,11 +99,24 @@ def main():
     for model in models:
         for t in threads:
             o = summary(samples[(model, t, "ort")])
-            rec = {"model": model, "threads": t, "onnxruntime_ms": o}
+            peak = statistics.median(peaks[t])
+            rec = {"model": model, "threads": t, "gflop": gflop[model],
+                   "fma_peak_gflop_per_s": peak, "onnxruntime_ms": o,
+                   "onnxruntime_gflop_per_s_p50": gflop[model] / (o["p50"] * 1e-3)}
+            oc = cpu_samples.get((model, t, "ort"), [])
+            if oc:
+                rec["onnxruntime_cpu_ms"] = summary(oc)
             for name, _ in variants:
                 s = summary(samples[(model, t, name)])
+                gfs = gflop[model] / (s["p50"] * 1e-3)
                 rec[name] = {"tandem_ms": s, "ratio_ort_over_tandem_p50": o["p50"] / s["p50"],
-                             "ratio_ort_over_tandem_min": o["min"] / s["min"]}
+                             "ratio_ort_over_tandem_min": o["min"] / s["min"],
+                             "gflop_per_s_p50": gfs, "fraction_of_peak_p50": gfs / peak}
+                tc = cpu_samples.get((model, t, name), [])
+                if oc and tc:
+                    c = summary(tc)
+                    rec[name]["tandem_cpu_ms"] = c
+                    rec[name]["cpu_ratio_ort_over_tandem_p50"] = rec["onnxruntime_cpu_ms"]["p50"] / c["p50"]
             out["results"].append(rec)
     json.dump(out, sys.stdout, indent=1)
     print()

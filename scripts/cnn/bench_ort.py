@@ -48,12 +48,17 @@ def main():
             x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
             for _ in range(a.warmup):
                 sess.run(None, {inp.name: x})
-            samples = []
+            samples, cpu = [], []
             for _ in range(a.repetitions):
+                c0 = time.process_time()
                 t0 = time.perf_counter()
                 sess.run(None, {inp.name: x})
                 samples.append((time.perf_counter() - t0) * 1e3)
-            out["results"].append({"model": path, "threads": threads, "samples_ms": samples})
+                cpu.append((time.process_time() - c0) * 1e3)
+            # cpu_ms: CPU time of the process (all its threads) per run; on a machine shared with
+            # other jobs it leaves out the time spent waiting for a CPU.
+            out["results"].append({"model": path, "threads": threads, "samples_ms": samples,
+                                   "cpu_ms": cpu})
     json.dump(out, sys.stdout)
     return 0
 

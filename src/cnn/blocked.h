@@ -60,7 +60,8 @@ class BlockedRunner {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, std::vector<Tensor>* kept,
                           std::vector<double>* times);
   const MemoryPlan& stats() const;
-  int blocked_tensors() const;  // how many tensors the plan keeps blocked
+  int blocked_tensors() const;              // how many tensors the plan keeps blocked
+  std::vector<char> blocked_nodes() const;  // by node: runs a blocked kernel (convs included)
 
  private:
   struct Impl;

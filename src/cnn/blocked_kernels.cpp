@@ -2,12 +2,19 @@
 // The engine's kernels on the blocked layout nChwBc (see blocked.h). Every channel lane repeats
 // the NCHW kernel's arithmetic in the same order (kernels.cpp), so results are bit-identical;
 // the lanes past the channel count stay zero.
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "cnn/blocked.h"
+
+// GCC 12 warns about the undefined first operand inside the masked max intrinsic.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace tandem::cnn::kernels {
 
@@ -60,10 +67,66 @@ void to_plain(const float* x, const BDims& d, float* y, int threads) {
   }
 }
 
+#if defined(__x86_64__)
+// Max and average pool on 16-lane blocks with AVX-512: per lane the same operations in the same
+// order as the scalar loop below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
+// included; the average adds the taps in order from 0 and divides by the same count), so the
+// results are the same bits.
+static __attribute__((target("avx512f"))) void pool_b16(const Window& w, bool is_max,
+                                                        const float* x, const BDims& xd, float* y,
+                                                        const BDims& yd, int threads) {
+  const int64_t H = xd.h, W = xd.w, nb = xd.blocks();
+#pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)
+  for (int64_t p = 0; p < xd.n * nb * yd.h; ++p) {
+    const int64_t oy = p % yd.h, plane = p / yd.h;
+    const float* xp = x + plane * H * W * 16;
+    float* yr = y + (plane * yd.h + oy) * yd.w * 16;
+    for (int64_t ox = 0; ox < yd.w; ++ox) {
+      __m512 acc =
+          is_max ? _mm512_set1_ps(-std::numeric_limits<float>::infinity()) : _mm512_setzero_ps();
+      int32_t cnt = 0;
+      for (int ky = 0; ky < w.kh; ++ky) {
+        const int64_t iy = oy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
+        if (iy < 0 || iy >= H) {
+          if (!is_max && w.count_include_pad && iy >= -w.pt && iy < H + w.pb)
+            for (int kx = 0; kx < w.kw; ++kx) {
+              const int64_t ix = ox * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
+              cnt += ix >= -w.pl && ix < W + w.pr;
+            }
+          continue;
+        }
+        for (int kx = 0; kx < w.kw; ++kx) {
+          const int64_t ix = ox * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
+          const bool real = ix >= 0 && ix < W;
+          if (real) {
+            const __m512 v = _mm512_loadu_ps(xp + (iy * W + ix) * 16);
+            acc = is_max ? _mm512_max_ps(v, acc) : _mm512_add_ps(acc, v);
+          }
+          if (!is_max) cnt += w.count_include_pad ? (ix >= -w.pl && ix < W + w.pr) : real;
+        }
+      }
+      if (!is_max)
+        acc = cnt > 0 ? _mm512_div_ps(acc, _mm512_set1_ps(static_cast<float>(cnt)))
+                      : _mm512_setzero_ps();
+      _mm512_storeu_ps(yr + ox * 16, acc);
+    }
+  }
+}
+
+#endif
+
 void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, const BDims& yd,
                   int threads) {
   const Window& w = n.window;
   const bool is_max = n.op == OpKind::kMaxPool;
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (xd.b == 16 && avx512) {
+    pool_b16(w, is_max, x, xd, y, yd, threads);
+    if (is_max) zero_tail(y, yd);
+    return;
+  }
+#endif
   const int64_t B = xd.b, H = xd.h, W = xd.w, nb = xd.blocks();
   const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
 #pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)

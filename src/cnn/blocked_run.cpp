@@ -340,4 +340,10 @@ std::vector<Tensor> BlockedRunner::run(const std::vector<Tensor>& inputs, std::v
 const MemoryPlan& BlockedRunner::stats() const { return impl_->stats; }
 int BlockedRunner::blocked_tensors() const { return impl_->blocked_count; }
 
+std::vector<char> BlockedRunner::blocked_nodes() const {
+  std::vector<char> out(impl_->g.nodes().size(), 0);
+  for (const Step& st : impl_->steps) out[st.node] = st.mode != Mode::kPlain;
+  return out;
+}
+
 }  // namespace tandem::cnn::kernels

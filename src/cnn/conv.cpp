@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Convolution of the CNN engine: oneDNN's convolution primitive with bias and the fused
-// activation as post-ops, weights packed once per layout, the source passed as a strided view.
-// Fallback without oneDNN: the core ops::conv2d, then the activation.
+// activation as post-ops, weights packed once per layout, the source passed as a strided view;
+// 1x1 convs that oneDNN's jit_1x1 cannot run band-exactly go to the engine's own AVX-512 kernel
+// (conv1x1.h). Fallback without oneDNN: the core ops::conv2d, then the activation.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,7 +13,9 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
+#include "cnn/conv1x1.h"
 #include "cnn/kernels.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
@@ -68,10 +71,33 @@ struct Prim {
   dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch, dst_in_scratch;
   dnnl::memory weights;      // packed into pd.weights_desc() (shared between primitives)
   bool dst_blocked = false;  // whole-input primitive: dst_user is the blocked layout
+  // Bound on the first execution and reused (only the data handles change per call): the stream,
+  // the user memories and the convolution's arguments.
+  bool bound = false;
+  dnnl::stream stream;
+  dnnl::memory src_mem, dst_mem;
+  std::unordered_map<int, dnnl::memory> conv_args;
 };
 
 // key: N, C, H, W, 4 source strides, 4 edge pads, threads
 using PrimKey = std::array<int64_t, 14>;  // + the activation layout (plain or any)
+
+// Largest output map (pixels) for which a 1x1 conv that is not band-exact with jit_1x1 tries
+// oneDNN's NHWC brgemm kernel before the generic blocked one.
+// and at least this many input channels.
+constexpr int64_t kNhwcMaxPixels = 14 * 14;
+constexpr const char* kOwn1x1Name = "tandem:conv1x1_avx512";
+constexpr int64_t kNhwcMinChannels = 1024;
+
+bool own_1x1_everywhere() {
+  const char* e = std::getenv("TANDEM_CNN_OWN_1X1");
+  return e && std::string(e) == "all";
+}
+
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "0";
+}
 
 Tag block_tag(int block) { return block == 16 ? Tag::nChw16c : Tag::nChw8c; }
 
@@ -87,6 +113,7 @@ struct ConvKernel::Impl {
   bool direct_dw = false;
   bool onednn = true;
   std::string full_impl_name;
+  std::string used_impl;  // the implementation of the primitive made last (profile)
   std::mutex mu;
   std::map<PrimKey, std::unique_ptr<Prim>> prims;
   std::vector<std::pair<dnnl::memory::desc, dnnl::memory>> packed;  // weights per layout
@@ -128,7 +155,9 @@ struct ConvKernel::Impl {
     // with fewer channels than a block (the image) is left to oneDNN; so are grouped convs whose
     // groups do not fill whole blocks (depthwise ones do: oneDNN's jit_dw runs on blocks).
     Tag src_tag = Tag::nchw, dst_tag = Tag::nchw;
-    if (!plain_layout()) {
+    if (layout == 2) {
+      src_tag = dst_tag = Tag::nhwc;
+    } else if (!plain_layout()) {
       const bool fits = node.groups == 1 || is_depthwise(node) ||
                         (xd[1] / node.groups % block == 0 && yd[1] / node.groups % block == 0);
       dst_tag = fits ? block_tag(block) : Tag::any;
@@ -215,6 +244,14 @@ struct ConvKernel::Impl {
   int block = 16;   // channels per block of the blocked layout
   bool winograd = false;
   bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
+  // The engine's own AVX-512 1x1 kernel (conv1x1.h) instead of oneDNN: set by full_impl when
+  // jit_1x1 is not exact on row bands and the conv fits it.
+  bool own_1x1 = false;
+  std::unique_ptr<Conv1x1Weights> own_weights;
+  const Conv1x1Weights& own_packed() {
+    if (!own_weights) own_weights = std::make_unique<Conv1x1Weights>(pack_conv1x1(node));
+    return *own_weights;
+  }
   bool plain_layout() const { return layout == 1; }
 
   // TANDEM_CNN_CONV_LAYOUT=plain runs every conv on plain NCHW activations (oneDNN's gemm
@@ -225,13 +262,20 @@ struct ConvKernel::Impl {
     layout = e && std::string(e) == "plain" ? 1 : 0;
   }
 
-  // The implementation oneDNN picks for the whole input (computed once).
   // The implementation oneDNN picks for the whole input (computed once). oneDNN's jit_1x1 kernel
   // blocks the input-channel sum by the output height (small maps with many channels), so a row
   // band can round differently from the whole map; for 1x1 convs the choice is probed once per
-  // geometry (process-wide) and replaced by the generic jit kernel when a band differs.
+  // geometry (process-wide) and replaced, when a band differs, by the engine's own 1x1 kernel
+  // (conv1x1.h), else oneDNN's NHWC brgemm kernel or its generic blocked jit kernel.
+  // TANDEM_CNN_OWN_1X1=0 never uses the own kernel, =all uses it for every 1x1 conv it fits.
   const std::string& full_impl(int threads) {
     if (!full_impl_name.empty()) return full_impl_name;
+    if (own_1x1_everywhere() && block == 16 && conv1x1_fits(node) && conv1x1_available() &&
+        !plain_layout()) {
+      own_1x1 = true;
+      full_impl_name = kOwn1x1Name;
+      return full_impl_name;
+    }
     const Window& w = node.window;
     const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
     const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
@@ -250,10 +294,41 @@ struct ConvKernel::Impl {
       if (auto it = cache.find(key); it != cache.end()) {
         layout = it->second.first;
         full_impl_name = it->second.second;
+        own_1x1 = full_impl_name == kOwn1x1Name;
         return full_impl_name;
       }
     }
-    if (!bands_exact(ho, threads)) {
+    bool exact = bands_exact(ho, threads);
+    if (!exact && block == 16 && conv1x1_fits(node) && conv1x1_available() &&
+        !env_off("TANDEM_CNN_OWN_1X1")) {
+      own_1x1 = true;  // exact on any band by construction
+      prims.clear();
+      full_impl_name = kOwn1x1Name;
+      log().debug("cnn conv '{}': jit_1x1 is not exact on row bands, using {}", node.name,
+                  full_impl_name);
+      std::lock_guard lk(cache_mu);
+      cache.emplace(key, std::make_pair(layout, full_impl_name));
+      return full_impl_name;
+    }
+    if (!exact && layout == 0 && ho * wo <= kNhwcMaxPixels && xd[1] >= kNhwcMinChannels &&
+        !env_off("TANDEM_CNN_1X1_NHWC")) {
+      // oneDNN's brgemm 1x1 convolution on NHWC activations (reordered from and to the blocked
+      // layout around the conv), when it is exact on bands. Measured on ResNet-50 (one core):
+      // on 14x14 and 7x7 outputs it beats the generic jit kernel, reorders included (1024->2048
+      // stride 2: 2.0 vs 6.3 ms), on 28x28 and 56x56 it loses (256->512 stride 2: 5.9 vs 2.4),
+      // and with fewer input channels the reorders eat the gain (MobileNetV2's projections).
+      layout = 2;
+      prims.clear();
+      full_impl_name = make_pd(xd, yd, p, "").impl_info_str();
+      exact = bands_exact(ho, threads);
+      log().debug("cnn conv '{}': NHWC {} {} on row bands", node.name, full_impl_name,
+                  exact ? "is exact" : "is not exact");
+      if (!exact) {
+        layout = 0;
+        full_impl_name = pd.impl_info_str();
+      }
+    }
+    if (!exact) {
       avoid_jit_1x1 = true;
       const std::string alt = make_pd(xd, yd, p, "").impl_info_str();
       if (alt.find("1x1") == std::string::npos) {
@@ -325,6 +400,7 @@ struct ConvKernel::Impl {
         dnnl::memory::desc(Dims{y.size(0), y.size(1), y.size(2), y.size(3)}, kF32, Tag::nchw);
     e->pd = make_pd(e->src_user.dims(), e->dst_user.dims(), p, full_impl(threads));
     finish(*e);
+    used_impl = e->pd.impl_info_str();
     log().debug("cnn conv '{}' x {}: {} ({} threads)", node.name, x.shape().to_string(),
                 e->pd.impl_info_str(), threads);
     return *prims.emplace(key, std::move(e)).first->second;
@@ -362,6 +438,12 @@ struct ConvKernel::Impl {
   void run(const Tensor& x, const EdgePads& p, Tensor& y, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
+    choose_layout(threads);
+    full_impl(threads);
+    if (own_1x1) {
+      conv1x1_nchw_tile(own_packed(), node, x, y, threads);
+      return;
+    }
     execute(get(x, p, y, threads), const_cast<void*>(x.raw_data()), y.raw_data());
   }
 
@@ -388,9 +470,11 @@ struct ConvKernel::Impl {
     const EdgePads p = edge_pads(w, in_full, Region{0, ho, 0, wo});
     e->pd = make_pd(xd, yd, p, full_impl(threads));
     const dnnl::memory::desc blocked(yd, kF32, block_tag(block));
-    e->dst_blocked = e->pd.dst_desc() == blocked;
+    // NHWC convs (layout 2) reorder from and to the blocked layout inside.
+    e->dst_blocked = e->pd.dst_desc() == blocked || (layout == 2 && src_block == block);
     e->dst_user = e->dst_blocked ? blocked : dnnl::memory::desc(yd, kF32, Tag::nchw);
     finish(*e);
+    used_impl = e->pd.impl_info_str();
     log().debug("cnn conv '{}' whole input (source {}): {} ({} threads)", node.name,
                 src_block ? "blocked" : "plain", e->pd.impl_info_str(), threads);
     return *prims.emplace(key, std::move(e)).first->second;
@@ -400,6 +484,13 @@ struct ConvKernel::Impl {
     // oneDNN fixes a primitive's thread count when it creates it: plan under the run's count.
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
+    choose_layout(threads);
+    full_impl(threads);
+    if (own_1x1) {
+      used_impl = full_impl_name;
+      own_packed();
+      return 16;
+    }
     Prim& e = get_full(src_block, threads);
     return e.dst_blocked ? block : 0;
   }
@@ -407,32 +498,42 @@ struct ConvKernel::Impl {
   void run_full(const float* src, int src_block, float* dst, int threads) {
     OmpThreads scope(threads);
     std::lock_guard lk(mu);
+    if (own_1x1) {
+      conv1x1_whole(own_packed(), node, in_full, src, src_block, dst, threads);
+      return;
+    }
     execute(get_full(src_block, threads), const_cast<float*>(src), dst);
   }
 
   void execute(Prim& e, void* x, void* y) {
-    dnnl::stream st(engine());
-    dnnl::memory src(e.src_user, engine(), x);
-    dnnl::memory dst(e.dst_user, engine(), y);
+    if (!e.bound) {
+      e.stream = dnnl::stream(engine());
+      e.src_mem = dnnl::memory(e.src_user, engine(), x);
+      e.dst_mem = dnnl::memory(e.dst_user, engine(), y);
+      e.conv_args = {{DNNL_ARG_SRC, e.src_reorder ? e.src_buf : e.src_mem},
+                     {DNNL_ARG_WEIGHTS, e.weights},
+                     {DNNL_ARG_DST, e.dst_reorder ? e.dst_buf : e.dst_mem}};
+      if (node.bias.defined())
+        e.conv_args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), node.bias.raw_data()));
+      if (e.scratch) e.conv_args.emplace(DNNL_ARG_SCRATCHPAD, e.scratch);
+      e.bound = true;
+    } else {
+      e.src_mem.set_data_handle(x);
+      e.dst_mem.set_data_handle(y);
+    }
+    dnnl::stream& st = e.stream;
+    const dnnl::memory& src = e.src_mem;
+    const dnnl::memory& dst = e.dst_mem;
     auto reorder = [&](const dnnl::reorder& r, const dnnl::memory& from, const dnnl::memory& to,
                        const dnnl::memory& pad) {
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
       if (pad) args.emplace(DNNL_ARG_SCRATCHPAD, pad);
       r.execute(st, args);
     };
-    if (e.src_reorder) {
-      reorder(e.src_reorder, src, e.src_buf, e.src_scratch);
-      src = e.src_buf;
-    }
-    dnnl::memory out = e.dst_reorder ? e.dst_buf : dst;
+    if (e.src_reorder) reorder(e.src_reorder, src, e.src_buf, e.src_scratch);
     if (e.dst_in_reorder) reorder(e.dst_in_reorder, dst, e.dst_buf, e.dst_in_scratch);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, out}};
-    if (node.bias.defined())
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine(), node.bias.raw_data()));
-    if (e.scratch) args.emplace(DNNL_ARG_SCRATCHPAD, e.scratch);
-    e.prim.execute(st, args);
-    if (e.dst_reorder) reorder(e.dst_reorder, out, dst, e.dst_scratch);
+    e.prim.execute(st, e.conv_args);
+    if (e.dst_reorder) reorder(e.dst_reorder, e.dst_buf, dst, e.dst_scratch);
     st.wait();
   }
 };
@@ -449,6 +550,9 @@ struct ConvKernel::Impl {
   }
   int full_dst_block(int, int) { return 0; }
   void run_full(const float*, int, float*, int) { throw Unsupported("cnn: built without oneDNN"); }
+  std::string used_impl;
+  int layout = 1;
+  bool plain_layout() const { return true; }
 };
 
 #endif
@@ -457,6 +561,12 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, 
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
+  {
+    const Window& w = node.window;
+    const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
+    const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
+    flops_ = 2 * in_full[0] * node.weight.size(0) * node.weight.size(1) * w.kh * w.kw * ho * wo;
+  }
   // Depthwise: oneDNN's jit depthwise kernel on blocked activations (activation fused); the
   // engine's direct NCHW kernel without oneDNN or with TANDEM_CNN_DEPTHWISE=direct.
   const char* dw = std::getenv("TANDEM_CNN_DEPTHWISE");
@@ -481,9 +591,26 @@ ConvKernel::~ConvKernel() = default;
 
 bool ConvKernel::uses_onednn() const { return impl_->onednn; }
 
+std::string ConvKernel::impl_name() const {
+  if (impl_->direct_dw) return "tandem:direct_dw";
+  if (!impl_->onednn) return "ops::conv2d";
+  if (impl_->used_impl.empty()) return "onednn:not run";
+  return impl_->used_impl + (impl_->plain_layout() ? " (nchw)" : "") +
+         (impl_->layout == 2 ? " (nhwc)" : "");
+}
+
 bool ConvKernel::blocked_capable() const { return impl_->onednn && !impl_->direct_dw; }
 
+int ConvKernel::layer_threads(int threads) const {
+  static const double serial = [] {
+    const char* e = std::getenv("TANDEM_CNN_SERIAL_FLOPS");
+    return e ? std::atof(e) : kSerialFlops;
+  }();
+  return threads > 1 && static_cast<double>(flops_) < serial ? 1 : std::max(threads, 1);
+}
+
 int ConvKernel::full_dst_block(int src_block, int threads) {
+  threads = layer_threads(threads);
   try {
     return impl_->full_dst_block(src_block, threads);
 #if defined(TANDEM_HAVE_DNNL)
@@ -496,6 +623,7 @@ int ConvKernel::full_dst_block(int src_block, int threads) {
 }
 
 void ConvKernel::run_full(const float* src, int src_block, float* dst, int threads) {
+  threads = layer_threads(threads);
   try {
     impl_->run_full(src, src_block, dst, threads);
 #if defined(TANDEM_HAVE_DNNL)
@@ -515,6 +643,7 @@ int block_size() {
 
 void ConvKernel::run(const View& x, const View* residual, const Region& out, Tensor& y,
                      int threads) {
+  threads = layer_threads(threads);
   const Node& n = impl_->node;
   if (impl_->direct_dw) {
     depthwise_conv(n, x, out, y, threads);

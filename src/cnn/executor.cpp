@@ -293,6 +293,20 @@ const std::vector<Tensor>& Executor::tensors() const { return impl_->kept; }
 const MemoryPlan& Executor::memory_plan() const { return impl_->last_stats; }
 const std::vector<double>& Executor::node_times_ms() const { return impl_->times; }
 
+std::vector<std::string> Executor::node_impls() const {
+  const Impl& m = *impl_;
+  std::vector<std::string> out(m.g.nodes().size());
+  const std::vector<char> blocked =
+      m.blocked ? m.blocked->blocked_nodes() : std::vector<char>(out.size(), 0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i < m.convs.size() && m.convs[i])
+      out[i] = m.convs[i]->impl_name();
+    else
+      out[i] = blocked[i] ? "tandem:blocked" : "tandem:nchw";
+  }
+  return out;
+}
+
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   Impl& m = *impl_;
   const Graph& g = m.g;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/cnn/graph.h"
@@ -36,6 +37,9 @@ class ConvKernel {
   // null (it may share y's memory); y: contiguous [N, O, out.rows(), out.cols()].
   void run(const View& x, const View* residual, const Region& out, Tensor& y, int threads);
   bool uses_onednn() const;
+  // The implementation that ran last: oneDNN's impl_info_str() (" (nchw)" when on plain
+  // activations), "tandem:direct_dw" or "ops::conv2d".
+  std::string impl_name() const;
 
   // The whole-input path of the executor's blocked pipeline (oneDNN, not the direct depthwise
   // kernel): src is the whole input in layout `src_block` (0: NCHW, B: nChwBc with B =
@@ -45,10 +49,21 @@ class ConvKernel {
   int full_dst_block(int src_block, int threads);
   void run_full(const float* src, int src_block, float* dst, int threads);
 
+  // The threads this layer runs on when `threads` are asked for: 1 below kSerialFlops (waking
+  // and joining a second OpenMP thread costs more than it saves on a small layer), else
+  // `threads`. A function of the whole layer's shape only, so whole-image runs and tiles of the
+  // layer use the same count (and the same oneDNN kernel).
+  int layer_threads(int threads) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  int64_t flops_ = 0;  // of the whole layer
 };
+
+// Convolutions below this many FLOPs run on one thread (ConvKernel::layer_threads);
+// TANDEM_CNN_SERIAL_FLOPS overrides it.
+constexpr double kSerialFlops = 20e6;
 
 // Channels per block of the blocked activation layout: 16 with AVX-512, else 8.
 int block_size();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "cnn_test_util.h"
@@ -339,6 +340,139 @@ TEST(CnnRegion, RequiredRegionIsTheHullOverConsumers) {
   EXPECT_EQ(need[g.find_tensor("y")], (Region{3, 5, 0, 6}));
   EXPECT_EQ(need[g.find_tensor("a")], (Region{2, 6, 0, 6}));
   EXPECT_EQ(need[x], (Region{3, 12, 0, 12}));
+}
+
+// The engine's own AVX-512 1x1 kernel (forced on every 1x1 conv with TANDEM_CNN_OWN_1X1=all):
+// against the reference conv + residual + activation, channel counts off the 16-lane block,
+// strides 1 and 2, batch 2, 1 and 2 threads; row bands bit-identical to the whole-image run.
+TEST(CnnOps, OwnOneByOneConvMatchesReference) {
+  struct Case {
+    int c, o, h, w, stride;
+    ActKind act;
+    bool residual;
+  };
+  ::setenv("TANDEM_CNN_OWN_1X1", "all", 1);
+  for (const Case k :
+       {Case{40, 24, 9, 7, 1, ActKind::kRelu, false},
+        Case{16, 50, 8, 8, 2, ActKind::kLeakyRelu, false},
+        Case{33, 17, 6, 5, 1, ActKind::kClip, true}, Case{64, 96, 7, 9, 2, ActKind::kNone, true}}) {
+    Node n;
+    n.op = OpKind::kConv;
+    n.name = "own";
+    n.window = {1, 1, k.stride, k.stride, 1, 1, 0, 0, 0, 0};
+    n.weight = random_tensor({k.o, k.c, 1, 1}, 21, 0.3f);
+    n.bias = random_tensor({k.o}, 22);
+    n.act = {k.act, 0.1f, 0.0f};
+    if (k.act == ActKind::kClip) n.act = {k.act, -0.5f, 0.5f};
+    const int64_t ho = (k.h - 1) / k.stride + 1, wo = (k.w - 1) / k.stride + 1;
+    Graph g;
+    const int x = g.add_tensor("x", {2, k.c, k.h, k.w});
+    g.add_input(x);
+    n.inputs = {x};
+    if (k.residual) {
+      const int r = g.add_tensor("r", {2, k.o, ho, wo});
+      g.add_input(r);
+      n.inputs.push_back(r);
+    }
+    const int y = g.add_tensor("y");
+    n.outputs = {y};
+    g.add_output(y);
+    g.add_node(n);
+    g.infer_shapes();
+    const Tensor xin = random_tensor({2, k.c, k.h, k.w}, 23);
+    const Tensor rin = random_tensor({2, k.o, ho, wo}, 24);
+    Tensor ref = Tensor::empty({2, k.o, ho, wo}, DType::kF32);
+    ops::Conv2dParams p;
+    p.stride_h = p.stride_w = k.stride;
+    ops::cpu_reference_kernels().conv2d(xin, n.weight, n.bias, ref, p, nullptr);
+    float* rp = ref.data<float>();
+    const float* res = rin.data<float>();
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      float v = rp[i] + (k.residual ? res[i] : 0.0f);
+      if (k.act == ActKind::kRelu) v = std::max(v, 0.0f);
+      if (k.act == ActKind::kLeakyRelu) v = v > 0 ? v : 0.1f * v;
+      if (k.act == ActKind::kClip) v = std::min(std::max(v, -0.5f), 0.5f);
+      rp[i] = v;
+    }
+    const std::vector<Tensor> inputs =
+        k.residual ? std::vector<Tensor>{xin, rin} : std::vector<Tensor>{xin};
+    for (int threads : {1, 2}) {
+      Executor full(g, {.threads = threads});
+      const Tensor got = full.run(inputs)[0];
+      EXPECT_LE(scaled_max_error(got, ref), 2e-5)
+          << k.c << "->" << k.o << " stride " << k.stride << ", " << threads << " threads";
+      if (__builtin_cpu_supports("avx512f"))
+        EXPECT_EQ(full.node_impls()[0], "tandem:conv1x1_avx512");
+      Executor part(g, {.threads = threads});
+      for (int64_t h0 = 0; h0 < ho; ++h0) {
+        const Region out{h0, std::min<int64_t>(ho, h0 + 2), 0, wo};
+        const std::vector<Region> need = required_regions(g, {0}, {{y, out}});
+        std::map<int, Tile> in{{x, {testing::crop_tensor(xin, need[x]), need[x]}}};
+        if (k.residual) in[g.inputs()[1]] = {testing::crop_tensor(rin, out), out};
+        EXPECT_TRUE(testing::bit_equal(part.run_region({0}, in, {{y, out}}).at(y).data,
+                                       testing::crop_tensor(got, out)))
+            << "rows " << out.to_string();
+      }
+    }
+  }
+  ::unsetenv("TANDEM_CNN_OWN_1X1");
+}
+
+// Wide 1x1 convolutions on small maps, where oneDNN's jit_1x1 kernel rounds a row band
+// differently from the whole map and the engine switches kernels (the NHWC brgemm kernel or the
+// generic blocked one): every row band computed by run_region must equal the same rows of the
+// whole-image (blocked) run bit for bit, with and without a fused residual, on 1 and 2 threads.
+TEST(CnnRegion, WideOneByOneConvBandsAreBitIdentical) {
+  struct Case {
+    int c, o, hw, stride;
+    bool residual;
+  };
+  for (const Case k : {Case{1024, 2048, 14, 2, false}, Case{1024, 256, 14, 1, true},
+                       Case{256, 512, 28, 2, false}}) {
+    Node n;
+    n.op = OpKind::kConv;
+    n.name = "wide";
+    n.window = {1, 1, k.stride, k.stride, 1, 1, 0, 0, 0, 0};
+    n.weight = random_tensor({k.o, k.c, 1, 1}, 11, 0.05f);
+    n.bias = random_tensor({k.o}, 12);
+    n.act = {ActKind::kRelu, 0.0f, 0.0f};
+    Graph g;
+    const int x = g.add_tensor("x", {1, k.c, k.hw, k.hw});
+    g.add_input(x);
+    n.inputs = {x};
+    const int64_t ho = (k.hw - 1) / k.stride + 1;
+    if (k.residual) {
+      const int r = g.add_tensor("r", {1, k.o, ho, ho});
+      g.add_input(r);
+      n.inputs.push_back(r);
+    }
+    const int y = g.add_tensor("y");
+    n.outputs = {y};
+    g.add_output(y);
+    g.add_node(n);
+    g.infer_shapes();
+    const Tensor xin = random_tensor({1, k.c, k.hw, k.hw}, 13);
+    const Tensor rin = random_tensor({1, k.o, ho, ho}, 14);
+    for (int threads : {1, 2}) {
+      Executor full(g, {.threads = threads});
+      const Tensor want =
+          full.run(k.residual ? std::vector<Tensor>{xin, rin} : std::vector<Tensor>{xin})[0];
+      Executor part(g, {.threads = threads});
+      for (int64_t h0 = 0; h0 < ho; h0 += 3) {
+        for (int64_t h1 : {h0 + 1, std::min<int64_t>(ho, h0 + 4), ho}) {
+          const Region out{h0, h1, 0, ho};
+          const std::vector<Region> need = required_regions(g, {0}, {{y, out}});
+          std::map<int, Tile> in{{x, {testing::crop_tensor(xin, need[x]), need[x]}}};
+          if (k.residual) in[g.inputs()[1]] = {testing::crop_tensor(rin, out), out};
+          const Tensor got = part.run_region({0}, in, {{y, out}}).at(y).data;
+          EXPECT_TRUE(testing::bit_equal(got, testing::crop_tensor(want, out)))
+              << k.c << "->" << k.o << " @" << k.hw << " stride " << k.stride
+              << (k.residual ? " + residual" : "") << ", " << threads << " threads, rows "
+              << out.to_string() << " (kernel " << full.node_impls()[0] << ")";
+        }
+      }
+    }
+  }
 }
 
 TEST(CnnRegion, CutTensorsAreTheDominators) {

@@ -25,6 +25,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/cnn/graph.h"
@@ -89,6 +90,10 @@ class TANDEM_API Executor {
   const MemoryPlan& memory_plan() const;
   // With profile: wall time of every node in the last run, by node id (0 for nodes not run).
   const std::vector<double>& node_times_ms() const;
+  // The kernel each node ran with last: for convolutions oneDNN's implementation name
+  // (impl_info_str(), e.g. "jit_1x1:avx512_core"; " (nchw)" on plain activations), else the
+  // engine's own ("tandem:blocked" on nChwBc activations, "tandem:nchw"); "" for nodes not run.
+  std::vector<std::string> node_impls() const;
   const Graph& graph() const;
 
  private:
