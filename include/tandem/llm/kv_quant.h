@@ -158,6 +158,16 @@ TANDEM_API std::vector<float> qokv_importance(const float* q, std::span<const in
                                               const float* k, std::span<const int32_t> kpos,
                                               int head_dim);
 
+// The sums behind qokv_importance: adds to total[j] the attention probability key j gets from
+// every (query, head) pair that sees it and to count[j] the number of such pairs (total and count
+// have one entry per key). With keys restricted to a subset of the cache (QoKV's decode rule
+// scores the full-precision residual only), the softmax is over that subset, so the ranking of
+// keys for each query is exact and only the per-query normalisation differs.
+TANDEM_API void qokv_attention_totals(const float* q, std::span<const int32_t> qpos, int n_heads,
+                                      int first_head, int group, const float* k,
+                                      std::span<const int32_t> kpos, int head_dim,
+                                      std::span<double> total, std::span<int64_t> count);
+
 // The QoKV 8-bit selection of n tokens with importance ā: per contiguous group (fractions, empty:
 // equal) the top round(n * ratio / groups) tokens. Returns n flags (1 = 8-bit key).
 TANDEM_API std::vector<uint8_t> qokv_select(std::span<const float> importance,

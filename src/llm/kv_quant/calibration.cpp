@@ -13,17 +13,19 @@
 
 namespace tandem::llm {
 
-std::vector<float> qokv_importance(const float* q, std::span<const int32_t> qpos, int n_heads,
-                                   int first_head, int group, const float* k,
-                                   std::span<const int32_t> kpos, int head_dim) {
+void qokv_attention_totals(const float* q, std::span<const int32_t> qpos, int n_heads,
+                           int first_head, int group, const float* k, std::span<const int32_t> kpos,
+                           int head_dim, std::span<double> total, std::span<int64_t> count) {
   const auto n = static_cast<int64_t>(kpos.size());
   const int64_t d = head_dim;
   if (first_head < 0 || group < 1 || first_head + group > n_heads) {
     throw InvalidArgument(cat("qokv_importance: heads [", first_head, ", ", first_head + group,
                               ") outside ", n_heads));
   }
-  std::vector<double> total(static_cast<size_t>(n), 0.0);
-  std::vector<int64_t> count(static_cast<size_t>(n), 0);
+  if (static_cast<int64_t>(total.size()) != n || static_cast<int64_t>(count.size()) != n) {
+    throw InvalidArgument(cat("qokv_attention_totals: ", n, " keys but totals of ", total.size(),
+                              " and counts of ", count.size()));
+  }
   std::vector<float> p(static_cast<size_t>(n));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (size_t t = 0; t < qpos.size(); ++t) {
@@ -49,8 +51,17 @@ std::vector<float> qokv_importance(const float* q, std::span<const int32_t> qpos
       }
     }
   }
-  std::vector<float> a(static_cast<size_t>(n), 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
+}
+
+std::vector<float> qokv_importance(const float* q, std::span<const int32_t> qpos, int n_heads,
+                                   int first_head, int group, const float* k,
+                                   std::span<const int32_t> kpos, int head_dim) {
+  const size_t n = kpos.size();
+  std::vector<double> total(n, 0.0);
+  std::vector<int64_t> count(n, 0);
+  qokv_attention_totals(q, qpos, n_heads, first_head, group, k, kpos, head_dim, total, count);
+  std::vector<float> a(n, 0.0f);
+  for (size_t j = 0; j < n; ++j) {
     if (count[j] > 0) a[j] = static_cast<float>(total[j] / static_cast<double>(count[j]));
   }
   return a;
