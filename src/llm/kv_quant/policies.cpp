@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
 #include "tandem/llm/kv_policy_registry.h"
@@ -70,6 +71,7 @@ struct QokvSettings {
   int v_bits = 4;             // value code width (4; 8 for the ablation)
   int v_group = 0;            // 0: symmetric per token; > 0: affine, a scale + min per v_group
   bool scales = true;         // use the calibration's channel scales (false: the ablation)
+  bool f16_residual = true;   // keep the residual in f16 (spec 2.3), not the cache's f32
   std::shared_ptr<const QokvCalibration> calibration;
 };
 
@@ -205,7 +207,10 @@ class QokvPolicy final : public KvPolicy {
           after -= b.used;
           any = any || (!b.quantized() && b.used == cs.block_tokens && after >= s_.residual);
         }
-        if (!any) continue;
+        if (!any) {
+          if (s_.f16_residual) residual_to_f16(cache, l, h);
+          continue;
+        }
         const Tensor* sc = scales_of(cache, l, h);
         auto& seen = attention_[static_cast<size_t>(l) * cs.n_kv_heads + h];
         std::vector<KvBlock> out;
@@ -229,12 +234,50 @@ class QokvPolicy final : public KvPolicy {
                                       wide, sc != nullptr));
         }
         cache.replace_blocks(l, h, std::move(out));
+        if (s_.f16_residual) residual_to_f16(cache, l, h);
       }
     }
   }
 
  private:
   static constexpr KvQuantFormat kKeys{KvCodec::kSymmetric, 8, 0, true};
+
+  // Rewrites the head's f32 full-precision blocks (new tokens; append() opens them in the cache's
+  // dtype) as f16 blocks, which append() then fills in place.
+  static void residual_to_f16(KvCache& cache, int l, int h) {
+    const auto& list = cache.blocks(l, h);
+    const bool any = std::any_of(list.begin(), list.end(), [](const KvBlock& b) {
+      return !b.quantized() && b.dtype == DType::kF32;
+    });
+    if (!any) return;
+    const KvCacheShape& cs = cache.shape();
+    const int64_t n = int64_t{cs.block_tokens} * cs.head_dim;
+    std::vector<KvBlock> out;
+    for (const KvBlock& b : list) {
+      if (b.quantized() || b.dtype != DType::kF32) {
+        out.push_back(b);
+        continue;
+      }
+      KvBlock f;
+      f.dtype = DType::kF16;
+      f.k = Tensor::empty({cs.block_tokens, cs.head_dim}, DType::kF16, cs.device);
+      f.v = Tensor::empty({cs.block_tokens, cs.head_dim}, DType::kF16, cs.device);
+      const float* k = b.k.data<float>();
+      const float* v = b.v.data<float>();
+      auto* fk = static_cast<uint16_t*>(f.k.raw_data());
+      auto* fv = static_cast<uint16_t*>(f.v.raw_data());
+      const int64_t used = int64_t{b.used} * cs.head_dim;
+      for (int64_t i = 0; i < n; ++i) {
+        fk[i] = i < used ? f32_to_f16(k[i]) : 0;
+        fv[i] = i < used ? f32_to_f16(v[i]) : 0;
+      }
+      f.positions = b.positions;
+      f.positions.reserve(static_cast<size_t>(cs.block_tokens));
+      f.used = b.used;
+      out.push_back(std::move(f));
+    }
+    cache.replace_blocks(l, h, std::move(out));
+  }
 
   KvQuantFormat value_format() const {
     if (s_.v_group > 0) {
@@ -328,6 +371,7 @@ const KvPolicyRegistration kQokv(
       s.v_bits = static_cast<int>(extra_number(o, "vbits", s.v_bits, "qokv"));
       s.v_group = static_cast<int>(extra_number(o, "vgroup", s.v_group, "qokv"));
       s.scales = extra_number(o, "scales", 1, "qokv") != 0;
+      s.f16_residual = extra_number(o, "f16_residual", 1, "qokv") != 0;
       s.window = o.window;
       if (s.ratio < 0 || s.ratio > 1 || s.decode_ratio < 0 || s.decode_ratio > 1 || s.groups < 1 ||
           s.residual < 0 || s.window < 1 || (s.v_bits != 4 && s.v_bits != 8) || s.v_group < 0 ||
