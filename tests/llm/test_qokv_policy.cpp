@@ -2,10 +2,14 @@
 // QoKV's decode rule (reconstruction): a block leaving the full-precision residual keeps 8-bit
 // keys exactly for its most-attended slots (attention accumulated from the decode queries), with
 // the bytes of the mixed format; decode_ratio 0 / 1 bound it; the value format settings; the
-// attention totals behind the importance; bad settings give clear errors.
+// attention totals behind the importance; bad settings give clear errors; the calibration's
+// value quantizer (value_group) round trips, drives the value format and the V scale search, and
+// a bad one is refused with the field named.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -267,6 +271,101 @@ TEST(QokvDecodeRule, BadSettingsNameTheSetting) {
       ADD_FAILURE() << key << "=" << value << " was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
+QokvCalibration calibration(int value_group) {
+  QokvCalibration c;
+  c.model = "test";
+  c.n_layers = 2;
+  c.n_kv_heads = kKv;
+  c.head_dim = kDim;
+  c.value_group = value_group;
+  for (int l = 0; l < 2; ++l) {
+    QokvLayerCalibration lc;
+    lc.group_fractions = {0.25, 0.75};
+    for (int h = 0; h < kKv; ++h) {
+      lc.k_scale.emplace_back(kDim, 1.0f + 0.25f * l);
+      lc.v_scale.emplace_back(kDim, 2.0f);
+    }
+    c.layers.push_back(lc);
+  }
+  return c;
+}
+
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string("tandem_qokv_") + name)).string();
+}
+
+TEST(QokvCalibrationValueGroup, RoundTripsAndSetsThePolicysValueFormat) {
+  const std::string path = temp_path("vg.json");
+  save_qokv_calibration(calibration(32), path);
+  const QokvCalibration r = load_qokv_calibration(path);
+  EXPECT_EQ(r.value_group, 32);
+  EXPECT_EQ(r.layers[1].k_scale[1][3], 1.25f);
+  EXPECT_EQ(r.layers[0].group_fractions, (std::vector<double>{0.25, 0.75}));
+  KvPolicyOptions opt;
+  opt.calibration_path = path;
+  {
+    QokvDecodeDriver drv(opt);
+    drv.decode(64);
+    for (int i = 0; i < 3; ++i) {
+      const KvBlock& b = drv.cache().blocks(1, 0)[i];
+      EXPECT_EQ(b.vq, (KvQuantFormat{KvCodec::kAffine, 4, 32, false}));
+      EXPECT_TRUE(b.channel_scaled);
+    }
+  }
+  opt.extra["vgroup"] = "0";  // the setting wins over the calibration
+  {
+    QokvDecodeDriver drv(opt);
+    EXPECT_EQ(drv.cache().blocks(1, 0)[0].vq, (KvQuantFormat{KvCodec::kSymmetric, 4, 0, false}));
+  }
+  // Files written before value_group existed still load (-1: not recorded).
+  save_qokv_calibration(calibration(-1), path);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("value_group"), std::string::npos);
+  EXPECT_EQ(load_qokv_calibration(path).value_group, -1);
+  std::filesystem::remove(path);
+}
+
+TEST(QokvCalibrationValueGroup, BadValueGroupNamesTheField) {
+  const std::string head = R"({"format":"tandem-qokv-calibration","version":1,"n_layers":1,)"
+                           R"("n_kv_heads":1,"head_dim":2,"value_group":)";
+  const std::string tail =
+      R"(,"layers":[{"group_fractions":[1],"k_scale":[[1,1]],"v_scale":[[1,1]]}]})";
+  EXPECT_EQ(parse_qokv_calibration(head + "64" + tail, "'ok.json'").value_group, 64);
+  for (const char* bad : {"-2", "\"64\"", "1.5", "99999"}) {
+    try {
+      parse_qokv_calibration(head + bad + tail, "'bad.json'");
+      ADD_FAILURE() << "value_group " << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("'bad.json'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("value_group"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(QokvCalibrationValueGroup, TheValueSearchScalesAnOutlierChannelForAffineValues) {
+  const int n = 128, heads = 3, kv = 1, d = 64;
+  QokvSample s;
+  s.n = n;
+  s.q = gaussian(size_t{n} * heads * d, 1);
+  s.k = gaussian(size_t{n} * kv * d, 2);
+  s.v = gaussian(size_t{n} * kv * d, 3);
+  for (int t = 0; t < n; ++t) s.v[t * d + 9] *= 40.0f;  // an outlier value channel
+  const std::vector<QokvSample> samples = {s, s};
+  for (int group : {0, 64, 32}) {
+    SCOPED_TRACE(group);
+    QokvCalibrationOptions o;
+    o.value_group = group;
+    const QokvLayerCalibration c = calibrate_qokv_layer(samples, heads, kv, d, o);
+    EXPECT_GT(c.v_scale[0][9], 4.0f);
+    for (int i = 0; i < d; ++i) {
+      EXPECT_GE(c.v_scale[0][i], 1.0f);
+      if (i != 9) EXPECT_LT(c.v_scale[0][i], c.v_scale[0][9]);
     }
   }
 }

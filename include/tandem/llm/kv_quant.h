@@ -120,6 +120,9 @@ struct QokvLayerCalibration {
 struct QokvCalibration {
   std::string model;  // free text: what it was calibrated on
   int n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  // The value quantizer the V scales were searched for (QokvCalibrationOptions::value_group; the
+  // policy's default vgroup); -1: not recorded (files written before it existed).
+  int value_group = -1;
   std::vector<QokvLayerCalibration> layers;
 };
 
@@ -140,8 +143,10 @@ struct QokvCalibrationOptions {
   int groups = 10;             // contiguous position groups (spec: 10)
   int top_tokens = 1000;       // important positions clustered per sample (capped at n / 2)
   int search_steps = 48;       // clipping thresholds tried in the channel-scale search
-  int search_queries = 32;     // queries (last rows) in the QK^T error of the search
+  int search_queries = 32;     // queries per sample (strided positions) in the QK^T error
   bool channel_scales = true;  // false: all scales 1 (the ablation)
+  int value_group = 64;        // value quantizer of the V search: 0 symmetric per token, else
+                               // affine 4-bit per value_group channels (the policy's vgroup)
 };
 // Calibration A (groups) and B (scales) of spec 2.3 for one layer over samples; n_heads query
 // heads, n_kv_heads KV heads of head_dim d. InvalidArgument for empty or inconsistent samples.

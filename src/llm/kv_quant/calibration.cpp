@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_quant.h"
 
@@ -150,16 +151,33 @@ std::vector<int64_t> kmeans_1d_sizes(std::vector<double> x, int k) {
   return best_sizes;
 }
 
-// Per-token symmetric 4-bit round trip of rows x [n, d] (the deployed quantizer of most keys).
-void sym4_roundtrip(std::vector<float>& x, int64_t n, int64_t d) {
+// Round trip of rows x [n, d] through a deployed 4-bit quantizer: per-token symmetric absmax
+// (group 0: the QoKV keys) or affine per `group` channels (scale + min, as KvCodec::kAffine), with
+// the codec's f16 scales.
+void quant4_roundtrip(std::vector<float>& x, int64_t n, int64_t d, int group) {
+  const int64_t g = group <= 0 ? d : std::min<int64_t>(group, d);
   for (int64_t s = 0; s < n; ++s) {
-    float* r = x.data() + s * d;
-    float amax = 0;
-    for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(r[i]));
-    const float sc = amax / 7.0f;
-    if (sc == 0) continue;
-    for (int64_t i = 0; i < d; ++i) {
-      r[i] = sc * std::clamp(std::nearbyint(r[i] / sc), -7.0f, 7.0f);
+    for (int64_t lo = 0; lo < d; lo += g) {
+      float* r = x.data() + s * d + lo;
+      const int64_t m = std::min(g, d - lo);
+      if (group <= 0) {
+        float amax = 0;
+        for (int64_t i = 0; i < m; ++i) amax = std::max(amax, std::fabs(r[i]));
+        const float sc = f16_to_f32(f32_to_f16(amax / 7.0f));
+        if (sc == 0) continue;
+        for (int64_t i = 0; i < m; ++i) {
+          r[i] = sc * std::clamp(std::nearbyint(r[i] / sc), -7.0f, 7.0f);
+        }
+        continue;
+      }
+      float mn = r[0], mx = r[0];
+      for (int64_t i = 0; i < m; ++i) mn = std::min(mn, r[i]), mx = std::max(mx, r[i]);
+      const float mn16 = f16_to_f32(f32_to_f16(mn));
+      const float sc = f16_to_f32(f32_to_f16((mx - mn16) / 15.0f));
+      if (sc == 0) continue;
+      for (int64_t i = 0; i < m; ++i) {
+        r[i] = mn16 + sc * std::clamp(std::nearbyint((r[i] - mn16) / sc), 0.0f, 15.0f);
+      }
     }
   }
 }
@@ -168,7 +186,8 @@ void sym4_roundtrip(std::vector<float>& x, int64_t n, int64_t d) {
 // when `pairs`); keeps the st whose quantized rows give the least error (QK^T for keys with the
 // given queries, the rows themselves for values).
 std::vector<float> search_scales(const std::vector<float>& x, int64_t n, int64_t d,
-                                 const std::vector<float>* q, int64_t nq, int steps, bool pairs) {
+                                 const std::vector<float>* q, int64_t nq, int steps, bool pairs,
+                                 int group) {
   std::vector<float> cmax(static_cast<size_t>(d), 0.0f), cmin(cmax.size(), 0.0f);
   float amax = 0;
   for (int64_t s = 0; s < n; ++s) {
@@ -204,7 +223,7 @@ std::vector<float> search_scales(const std::vector<float>& x, int64_t n, int64_t
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t i = 0; i < d; ++i) y[s * d + i] /= sc[i];
     }
-    sym4_roundtrip(y, n, d);
+    quant4_roundtrip(y, n, d, group);
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t i = 0; i < d; ++i) y[s * d + i] *= sc[i];
     }
@@ -274,11 +293,12 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
       out.group_fractions[g] += dens[g] / ds / static_cast<double>(samples.size());
     }
   }
-  // B: channel scales per KV head, on the first sample's rows (at most kSearchRows, strided; keys:
-  // the QK^T error of the last search_queries queries of the group's heads; values: the rows' own
-  // error).
+  // B: channel scales per KV head, on key / value rows of every sample (kSearchRows in all,
+  // strided; keys: the QK^T error of search_queries queries per sample, strided over its positions,
+  // of the group's heads; values: the rows' own error under the deployed value quantizer).
   out.k_scale.resize(static_cast<size_t>(n_kv_heads));
   out.v_scale.resize(static_cast<size_t>(n_kv_heads));
+  const auto n_samples = static_cast<int64_t>(samples.size());
   for (int h = 0; h < n_kv_heads; ++h) {
     if (!o.channel_scales) {
       out.k_scale[h].assign(static_cast<size_t>(d), 1.0f);
@@ -286,25 +306,27 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
       continue;
     }
     std::vector<float> k, v, q;
-    const QokvSample& s = samples.front();
-    const int64_t stride = std::max<int64_t>(1, s.n / kSearchRows);
-    for (int64_t t = 0; t < s.n; t += stride) {
-      const float* kr = s.k.data() + (t * n_kv_heads + h) * d;
-      const float* vr = s.v.data() + (t * n_kv_heads + h) * d;
-      k.insert(k.end(), kr, kr + d);
-      v.insert(v.end(), vr, vr + d);
-    }
-    const int64_t nq = std::min<int64_t>(o.search_queries, s.n);
-    for (int64_t t = s.n - nq; t < s.n; ++t) {
-      for (int64_t g = 0; g < group; ++g) {
-        const float* qr = s.q.data() + (t * n_heads + h * group + g) * d;
-        q.insert(q.end(), qr, qr + d);
+    for (const QokvSample& s : samples) {
+      const int64_t stride = std::max<int64_t>(1, s.n * n_samples / kSearchRows);
+      for (int64_t t = 0; t < s.n; t += stride) {
+        const float* kr = s.k.data() + (t * n_kv_heads + h) * d;
+        const float* vr = s.v.data() + (t * n_kv_heads + h) * d;
+        k.insert(k.end(), kr, kr + d);
+        v.insert(v.end(), vr, vr + d);
+      }
+      const int64_t nq = std::clamp<int64_t>(o.search_queries, 1, s.n);
+      for (int64_t i = 0; i < nq; ++i) {
+        const int64_t t = s.n - 1 - i * s.n / nq;  // strided from the last position back
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qr = s.q.data() + (t * n_heads + h * group + g) * d;
+          q.insert(q.end(), qr, qr + d);
+        }
       }
     }
     const int64_t n = static_cast<int64_t>(k.size()) / d;
     out.k_scale[h] =
-        search_scales(k, n, d, &q, static_cast<int64_t>(q.size()) / d, o.search_steps, true);
-    out.v_scale[h] = search_scales(v, n, d, nullptr, 0, o.search_steps, false);
+        search_scales(k, n, d, &q, static_cast<int64_t>(q.size()) / d, o.search_steps, true, 0);
+    out.v_scale[h] = search_scales(v, n, d, nullptr, 0, o.search_steps, false, o.value_group);
   }
   return out;
 }

@@ -369,6 +369,11 @@ const KvPolicyRegistration kQokv(
       s.groups = static_cast<int>(extra_number(o, "groups", s.groups, "qokv"));
       s.residual = static_cast<int64_t>(extra_number(o, "residual", 32, "qokv"));
       s.v_bits = static_cast<int>(extra_number(o, "vbits", s.v_bits, "qokv"));
+      if (!o.calibration_path.empty()) {
+        s.calibration =
+            std::make_shared<const QokvCalibration>(load_qokv_calibration(o.calibration_path));
+        if (s.calibration->value_group >= 0) s.v_group = s.calibration->value_group;
+      }
       s.v_group = static_cast<int>(extra_number(o, "vgroup", s.v_group, "qokv"));
       s.scales = extra_number(o, "scales", 1, "qokv") != 0;
       s.f16_residual = extra_number(o, "f16_residual", 1, "qokv") != 0;
@@ -381,10 +386,6 @@ const KvPolicyRegistration kQokv(
                                   " (>= 0), window ", s.window, " (>= 1), vbits ", s.v_bits,
                                   " (4 or 8), vgroup ", s.v_group,
                                   " (0: symmetric per token, else 1..4096 channels)"));
-      }
-      if (!o.calibration_path.empty()) {
-        s.calibration =
-            std::make_shared<const QokvCalibration>(load_qokv_calibration(o.calibration_path));
       }
       return std::make_shared<QokvPolicy>(std::move(s), shape);
     });
