@@ -136,7 +136,7 @@ TEST(QokvDecodeRule, ABlockLeavingTheResidualKeepsEightBitKeysForItsMostAttended
       const KvBlock& b = blocks[2];
       ASSERT_TRUE(b.quantized());
       EXPECT_EQ(b.kq, (KvQuantFormat{KvCodec::kSymmetric, 8, 0, true}));
-      EXPECT_EQ(b.vq, (KvQuantFormat{KvCodec::kSymmetric, 4, 0, false}));
+      EXPECT_EQ(b.vq, (KvQuantFormat{KvCodec::kAffine, 4, 64, false}));  // the default vgroup
       EXPECT_FALSE(blocks[3].quantized());
       // round(0.1 * 32) = 3 wide slots: exactly the three needles.
       int wide = 0;
@@ -151,7 +151,7 @@ TEST(QokvDecodeRule, ABlockLeavingTheResidualKeepsEightBitKeysForItsMostAttended
       EXPECT_EQ(wide, 3);
       // Bits accounting: the block's K holds the bitmap, 3 8-bit and 29 4-bit rows.
       EXPECT_EQ(b.k.numel(), mixed_key_bytes(3, kBlock));
-      EXPECT_EQ(b.v.numel(), kBlock * (2 + kDim / 2));
+      EXPECT_EQ(b.v.numel(), kBlock * (4 + kDim / 2));  // [scale, min] + codes
       // The wide rows decode with 8-bit precision (error < 1/100 of the row's max), the others
       // 4-bit.
       std::vector<float> k, v;
@@ -170,7 +170,7 @@ TEST(QokvDecodeRule, ABlockLeavingTheResidualKeepsEightBitKeysForItsMostAttended
   }
   // The f16 block's bytes were freed for real, codes charged instead.
   const int64_t f16_block = 2 * int64_t{kBlock} * kDim * 2;  // the residual is f16
-  const int64_t codes = mixed_key_bytes(3, kBlock) + kBlock * (2 + kDim / 2);
+  const int64_t codes = mixed_key_bytes(3, kBlock) + kBlock * (4 + kDim / 2);
   EXPECT_EQ(cache_before - drv.cache().bytes(), 2 * kKv * (f16_block - codes));
   EXPECT_EQ(before - memory_stats(Device::cpu()).current_bytes, 2 * kKv * (f16_block - codes));
 }

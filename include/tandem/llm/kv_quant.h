@@ -143,7 +143,7 @@ struct QokvCalibrationOptions {
   int groups = 10;             // contiguous position groups (spec: 10)
   int top_tokens = 1000;       // important positions clustered per sample (capped at n / 2)
   int search_steps = 48;       // clipping thresholds tried in the channel-scale search
-  int search_queries = 32;     // queries per sample (strided positions) in the QK^T error
+  int search_queries = 32;     // queries (last rows) in the QK^T error of the search
   bool channel_scales = true;  // false: all scales 1 (the ablation)
   int value_group = 64;        // value quantizer of the V search: 0 symmetric per token, else
                                // affine 4-bit per value_group channels (the policy's vgroup)

@@ -2,6 +2,7 @@
 // The KV-quantization policies (uniform int8/int4, llama.cpp q8_0/q4_0, KIVI, QoKV) and their
 // registration; see kv_quant.h.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,10 +67,10 @@ struct QokvSettings {
   double ratio = 0.1;         // fraction of prompt tokens with 8-bit keys
   double decode_ratio = 0.1;  // fraction of each decoded block's tokens with 8-bit keys
   int groups = 10;            // contiguous groups when there is no calibration
-  int window = 32;            // observed prefill queries
+  int window = 0;             // prefill queries scored per batch (its last rows); 0: all (spec ā)
   int64_t residual = 32;      // decode tokens kept f32
   int v_bits = 4;             // value code width (4; 8 for the ablation)
-  int v_group = 0;            // 0: symmetric per token; > 0: affine, a scale + min per v_group
+  int v_group = 64;           // 0: symmetric per token; > 0: affine, a scale + min per v_group
   bool scales = true;         // use the calibration's channel scales (false: the ablation)
   bool f16_residual = true;   // keep the residual in f16 (spec 2.3), not the cache's f32
   std::shared_ptr<const QokvCalibration> calibration;
@@ -100,7 +101,9 @@ class QokvPolicy final : public KvPolicy {
     }
   }
   std::string name() const override { return "qokv"; }
-  int query_window() const override { return s_.window; }
+  int query_window() const override {
+    return s_.window > 0 ? s_.window : std::numeric_limits<int>::max();
+  }
   // The decode rule scores the residual with every decode query.
   bool observes_decode_queries() const override { return true; }
 
@@ -377,15 +380,15 @@ const KvPolicyRegistration kQokv(
       s.v_group = static_cast<int>(extra_number(o, "vgroup", s.v_group, "qokv"));
       s.scales = extra_number(o, "scales", 1, "qokv") != 0;
       s.f16_residual = extra_number(o, "f16_residual", 1, "qokv") != 0;
-      s.window = o.window;
+      s.window = static_cast<int>(extra_number(o, "window", s.window, "qokv"));
       if (s.ratio < 0 || s.ratio > 1 || s.decode_ratio < 0 || s.decode_ratio > 1 || s.groups < 1 ||
-          s.residual < 0 || s.window < 1 || (s.v_bits != 4 && s.v_bits != 8) || s.v_group < 0 ||
+          s.residual < 0 || s.window < 0 || (s.v_bits != 4 && s.v_bits != 8) || s.v_group < 0 ||
           s.v_group > 4096) {
-        throw InvalidArgument(cat("qokv: ratio ", s.ratio, " and decode_ratio ", s.decode_ratio,
-                                  " (0..1), groups ", s.groups, " (>= 1), residual ", s.residual,
-                                  " (>= 0), window ", s.window, " (>= 1), vbits ", s.v_bits,
-                                  " (4 or 8), vgroup ", s.v_group,
-                                  " (0: symmetric per token, else 1..4096 channels)"));
+        throw InvalidArgument(
+            cat("qokv: ratio ", s.ratio, " and decode_ratio ", s.decode_ratio, " (0..1), groups ",
+                s.groups, " (>= 1), residual ", s.residual, " (>= 0), window ", s.window,
+                " (>= 0, 0: all prefill queries), vbits ", s.v_bits, " (4 or 8), vgroup ",
+                s.v_group, " (0: symmetric per token, else 1..4096 channels)"));
       }
       return std::make_shared<QokvPolicy>(std::move(s), shape);
     });
