@@ -363,8 +363,8 @@ const KvPolicyRegistration kKivi4(
 
 const KvPolicyRegistration kQokv(
     "qokv",
-    "QoKV: top-10% tokens by window attention per calibrated group keep 8-bit K, rest 4-bit; V "
-    "4-bit",
+    "QoKV: top-10% tokens by attention per calibrated group (and per decoded block) keep 8-bit K, "
+    "rest 4-bit; V 4-bit affine; f16 residual of 32",
     [](const KvPolicyOptions& o, const KvCacheShape& shape) -> std::shared_ptr<KvPolicy> {
       QokvSettings s;
       s.ratio = extra_number(o, "ratio", s.ratio, "qokv");
