@@ -8,6 +8,11 @@
 #include <numeric>
 #include <random>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_quant.h"
@@ -27,30 +32,53 @@ void qokv_attention_totals(const float* q, std::span<const int32_t> qpos, int n_
     throw InvalidArgument(cat("qokv_attention_totals: ", n, " keys but totals of ", total.size(),
                               " and counts of ", count.size()));
   }
-  std::vector<float> p(static_cast<size_t>(n));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (size_t t = 0; t < qpos.size(); ++t) {
-    for (int hh = first_head; hh < first_head + group; ++hh) {
-      const float* qv = q + (static_cast<int64_t>(t) * n_heads + hh) * d;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpos[j] > qpos[t]) continue;
-        float s = 0;
-        for (int64_t i = 0; i < d; ++i) s += qv[i] * k[j * d + i];
-        p[j] = s * scale;
-        mx = std::max(mx, p[j]);
-      }
-      if (mx == -std::numeric_limits<float>::infinity()) continue;
-      double z = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpos[j] <= qpos[t]) z += (p[j] = std::exp(p[j] - mx));
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpos[j] > qpos[t]) continue;
-        total[j] += p[j] / z;
-        ++count[j];
+  const auto nq = static_cast<int64_t>(qpos.size());
+  // The scoring pass is O(queries * keys * d): query rows are split over the CPU threads, each
+  // with its own sums, added up in thread order at the end (the result does not depend on the
+  // thread count beyond double rounding; one thread sums exactly as a plain loop).
+  const int threads = static_cast<int>(std::clamp<int64_t>(nq / 8, 1, cpu_num_threads()));
+  std::vector<std::vector<double>> part_total(static_cast<size_t>(threads));
+  std::vector<std::vector<int64_t>> part_count(static_cast<size_t>(threads));
+#pragma omp parallel num_threads(threads)
+  {
+#ifdef _OPENMP
+    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const int tid = 0, nt = 1;
+#endif
+    std::vector<double>& tot = part_total[tid];
+    std::vector<int64_t>& cnt = part_count[tid];
+    tot.assign(static_cast<size_t>(n), 0.0);
+    cnt.assign(static_cast<size_t>(n), 0);
+    std::vector<float> p(static_cast<size_t>(n));
+    for (int64_t t = nq * tid / nt; t < nq * (tid + 1) / nt; ++t) {
+      for (int hh = first_head; hh < first_head + group; ++hh) {
+        const float* qv = q + (t * n_heads + hh) * d;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          if (kpos[j] > qpos[t]) continue;
+          float sum = 0;
+          for (int64_t i = 0; i < d; ++i) sum += qv[i] * k[j * d + i];
+          p[j] = sum * scale;
+          mx = std::max(mx, p[j]);
+        }
+        if (mx == -std::numeric_limits<float>::infinity()) continue;
+        double z = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          if (kpos[j] <= qpos[t]) z += (p[j] = std::exp(p[j] - mx));
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          if (kpos[j] > qpos[t]) continue;
+          tot[j] += p[j] / z;
+          ++cnt[j];
+        }
       }
     }
+  }
+  for (int th = 0; th < threads; ++th) {
+    if (part_total[th].empty()) continue;
+    for (int64_t j = 0; j < n; ++j) total[j] += part_total[th][j], count[j] += part_count[th][j];
   }
 }
 
