@@ -68,7 +68,7 @@ struct QokvSettings {
   double decode_ratio = 0.1;  // fraction of each decoded block's tokens with 8-bit keys
   int groups = 10;            // contiguous groups when there is no calibration
   int window = 0;             // prefill queries scored per batch (its last rows); 0: all (spec ā)
-  int64_t residual = 32;      // decode tokens kept f32
+  int64_t residual = 32;      // decode tokens kept in full precision (f16 by default)
   int v_bits = 4;             // value code width (4; 8 for the ablation)
   int v_group = 64;           // 0: symmetric per token; > 0: affine, a scale + min per v_group
   bool scales = true;         // use the calibration's channel scales (false: the ablation)
@@ -238,12 +238,29 @@ class QokvPolicy final : public KvPolicy {
         }
         cache.replace_blocks(l, h, std::move(out));
         if (s_.f16_residual) residual_to_f16(cache, l, h);
+        forget_evicted(cache, l, h);
       }
     }
   }
 
  private:
   static constexpr KvQuantFormat kKeys{KvCodec::kSymmetric, 8, 0, true};
+
+  // Drops the attention sums of tokens no longer held in full precision (evicted by another
+  // member of a chain), so the map stays the size of the residual.
+  void forget_evicted(const KvCache& cache, int l, int h) {
+    auto& seen = attention_[static_cast<size_t>(l) * cache.shape().n_kv_heads + h];
+    if (seen.size() <= static_cast<size_t>(2 * cache.shape().block_tokens + s_.residual)) return;
+    std::unordered_map<int32_t, QokvAttention> kept;
+    for (const KvBlock& b : cache.blocks(l, h)) {
+      if (b.quantized()) continue;
+      for (int32_t p : b.positions) {
+        auto it = seen.find(p);
+        if (it != seen.end()) kept.emplace(p, it->second);
+      }
+    }
+    seen = std::move(kept);
+  }
 
   // Rewrites the head's f32 full-precision blocks (new tokens; append() opens them in the cache's
   // dtype) as f16 blocks, which append() then fills in place.
