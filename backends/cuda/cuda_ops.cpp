@@ -344,6 +344,12 @@ class CudaKernels final : public ops::OpKernels {
     sc.finish(std::move(keep));
   }
 
+  void quantized_paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                                 const ops::QuantPagedKv& kv, Tensor& out, float scale,
+                                 Stream* s) override {
+    run_quantized_paged_attention(b_, q, q_positions, kv, out, scale, s);
+  }
+
   void convert(const Tensor& src, Tensor& dst, Stream* s) override {
     no_k_quant(src, "convert");
     OpScope sc(b_, dst, s, "convert");

@@ -10,12 +10,14 @@
 //   sc.finish({x, y});
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "kernels/kernels.h"
 #include "tandem/core/tensor.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem::cuda {
 
@@ -65,6 +67,11 @@ void run_batched_gemm(CudaBackend& backend, const Tensor& a, const Tensor& b, Te
                       const ops::GemmParams& p, Stream* s);
 void run_conv2d(CudaBackend& backend, const Tensor& x, const Tensor& w, const Tensor& bias,
                 Tensor& y, const ops::Conv2dParams& p, Stream* s);
+// Attention over a quantized paged KV cache (cuda_ops_kv_quant.cpp).
+void run_quantized_paged_attention(CudaBackend& backend, const Tensor& q,
+                                   std::span<const int32_t> q_positions,
+                                   const ops::QuantPagedKv& kv, Tensor& out, float scale,
+                                   Stream* s);
 
 template <class T>
 T* ptr(const Tensor& t) {

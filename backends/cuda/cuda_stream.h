@@ -9,9 +9,12 @@
 // that blocks in that event's synchronize(), so the caller must keep such an event alive until the
 // stream has passed it. Ops enqueued on a stream keep their tensors alive with retain(): an event
 // is recorded after the work and the tensors are released once it has completed (checked at the
-// next retain() and at synchronize()). CudaEvent wraps a cudaEvent_t created with
-// cudaEventDisableTiming; it can only be recorded on a stream of its own device. Thread-safety:
-// every method may be called from any thread.
+// next retain() and at synchronize()). Caveat of a stream parked on a foreign event: under CUDA's
+// lazy module loading (the default) the first launch of a kernel in the process may synchronize
+// the context, so launching a never-used kernel while a stream waits for a CPU event that only the
+// launching thread will complete deadlocks; launch such kernels once beforehand. CudaEvent wraps a
+// cudaEvent_t created with cudaEventDisableTiming; it can only be recorded on a stream of its own
+// device. Thread-safety: every method may be called from any thread.
 #pragma once
 
 #include <cublas_v2.h>

@@ -4,20 +4,30 @@
 // from other programs hits both alike; reports the per-step time of each and their ratio. The
 // cache has SmolLM2-135M's attention shape (3 KV heads x 64, 9 query heads) and random keys and
 // values; --layers layers are attended per step, as a decode step of that many layers would.
+// Wall-clock medians give the ratio; the CPU-time medians (process CPU time, so all threads) are
+// printed beside them because on a shared machine they move less with other programs' load. GB/s
+// is the cache's bytes (each step reads all of them once) over the median step time, to compare
+// with the STREAM-like triad bandwidth measured first (same thread count; --no-bandwidth skips it).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../../src/llm/kv_quant/attention.h"
 #include "commands.h"
 #include "report.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
+#include "tandem/core/profiler.h"
 #include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/kv_quant.h"
 #include "tandem/llm/model.h"
@@ -31,7 +41,22 @@ struct BenchKvAttentionOptions {
   int layers = 4;
   int repetitions = 20;
   int threads = 0;
+  bool bandwidth = true;  // measure the triad bandwidth first
 };
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The first three fields of /proc/loadavg ("?" where it cannot be read).
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "?";
+  return a + " " + b + " " + c;
+}
 
 llm::KvCache make_filled(const llm::KvCacheShape& s, std::shared_ptr<llm::KvPolicy> policy,
                          int context) {
@@ -65,20 +90,48 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
   const Tensor q = Tensor::from_vector(qv, {1, n_heads, s.head_dim}, DType::kF32);
   const int32_t qpos = o.context;
   Tensor out = Tensor::empty({1, n_heads, s.head_dim}, DType::kF32);
-  auto step = [&](const llm::KvCache& c) {
+  // Wall time and CPU time of the process (all threads) of one step.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  // driver: call the ragged-attention driver directly (cache_attention sends f32 caches to its
+  // own kernel).
+  auto step = [&](const llm::KvCache& c, bool driver = false) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int l = 0; l < s.n_layers; ++l) llm::cache_attention(q, {&qpos, 1}, c, l, out);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double c0 = cpu_seconds();
+    for (int l = 0; l < s.n_layers; ++l) {
+      if (driver) {
+        llm::ragged_cache_attention(q, {&qpos, 1}, c, l, out, scale);
+      } else {
+        llm::cache_attention(q, {&qpos, 1}, c, l, out, scale);
+      }
+    }
+    return std::pair{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                     cpu_seconds() - c0};
   };
+  std::printf("load average at start: %s\n", load_average().c_str());
+  if (o.bandwidth) {  // the machine's bound, measured now with the same thread count
+    tandem::ProfileOptions po;
+    po.threads = o.threads;
+    const double bw = measure_memory_bandwidth_bytes_per_s(Device::cpu(), po);
+    std::printf("STREAM-like triad on %d thread(s): %.2f GB/s\n",
+                o.threads > 0 ? o.threads : cpu_num_threads(), bw * 1e-9);
+  }
   std::printf(
-      "| policy | context | f32 ms/step | policy ms/step | policy / f32 time | f32 MiB | "
-      "policy MiB | bits/elem |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| policy | context | f32 ms/step | policy ms/step | policy / f32 time | f32 CPU ms | "
+      "policy CPU ms | CPU ratio | f32 GB/s | policy GB/s | f32 MiB | policy MiB | bits/elem "
+      "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::stringstream list(o.policies);
   std::string name;
   while (std::getline(list, name, ',')) {
-    auto policy = llm::make_kv_policy(name, {}, s);
-    llm::KvCache cache = make_filled(s, policy, o.context);
-    if (policy->query_window() > 0) {  // the last 32 rows as the observed window
+    // Two baselines besides the policies: "f32-driver" (the f32 cache through the driver) and
+    // "f16" (an f16 cache, which cache_attention sends to the driver).
+    const bool driver = name == "f32-driver";
+    llm::KvCacheShape cs = s;
+    if (name == "f16") cs.dtype = DType::kF16;
+    auto policy = driver || name == "f16" ? nullptr : llm::make_kv_policy(name, {}, s);
+    llm::KvCache cache = make_filled(cs, policy, driver ? 32 : o.context);
+    if (driver) cache = ref.clone();
+    if (policy != nullptr &&
+        policy->query_window() > 0) {  // the last 32 rows as the observed window
       std::vector<int32_t> wpos(32);
       std::iota(wpos.begin(), wpos.end(), o.context - 32);
       std::vector<float> w(static_cast<size_t>(32) * n_heads * s.head_dim);
@@ -86,18 +139,25 @@ int run_bench_kv_attention(const BenchKvAttentionOptions& o) {
       const Tensor wq = Tensor::from_vector(w, {32, n_heads, s.head_dim}, DType::kF32);
       for (int l = 0; l < s.n_layers; ++l) policy->observe_queries(cache, l, wq, wpos, true);
     }
-    policy->on_prefill_done(cache);
-    step(ref), step(cache);  // warm-up
-    std::vector<double> tf, tq;
+    if (policy != nullptr) policy->on_prefill_done(cache);
+    step(ref), step(cache, driver);  // warm-up
+    std::vector<double> tf, tq, cf, cq;
     for (int r = 0; r < o.repetitions; ++r) {
-      tf.push_back(step(ref));
-      tq.push_back(step(cache));
+      const auto [wf, uf] = step(ref);
+      const auto [wq, uq] = step(cache, driver);
+      tf.push_back(wf), cf.push_back(uf);
+      tq.push_back(wq), cq.push_back(uq);
     }
     const double mf = stats_of(tf).p50, mq = stats_of(tq).p50;
+    const double uf = stats_of(cf).p50, uq = stats_of(cq).p50;
     const llm::KvStorageStats st = llm::kv_storage_stats(cache);
-    std::printf("| %s | %d | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f |\n", name.c_str(), o.context,
-                mf * 1e3, mq * 1e3, mq / mf, ref.bytes() / 1048576.0, st.bytes / 1048576.0,
-                st.bits_per_element);
+    // Every step reads the whole cache once: bytes over the median step time.
+    std::printf(
+        "| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | "
+        "%.2f |\n",
+        name.c_str(), o.context, mf * 1e3, mq * 1e3, mq / mf, uf * 1e3, uq * 1e3, uq / uf,
+        ref.bytes() / mf * 1e-9, st.bytes / mq * 1e-9, ref.bytes() / 1048576.0,
+        st.bytes / 1048576.0, st.bits_per_element);
     std::fflush(stdout);
   }
   return 0;
@@ -108,13 +168,16 @@ const CommandRegistration kReg([](CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "bench-kv-attention",
       "Decode attention over a long cache: f32 vs quantized KV policies, interleaved timing");
-  sub->add_option("--policies", o->policies, "Comma-separated KV policies");
+  sub->add_option("--policies", o->policies,
+                  "Comma-separated KV policies; also f16 (an f16 cache) and f32-driver (the f32 "
+                  "cache through the ragged-attention driver)");
   sub->add_option("-c,--context", o->context, "Cached tokens")->check(CLI::Range(32, 1 << 20));
   sub->add_option("--layers", o->layers, "Layers attended per step")->check(CLI::Range(1, 128));
   sub->add_option("-r,--repetitions", o->repetitions, "Timed steps of each (median reported)")
       ->check(CLI::Range(1, 100000));
   sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("!--no-bandwidth", o->bandwidth, "Skip the triad bandwidth measurement");
   return Command{sub, [o] { return run_bench_kv_attention(*o); }};
 });
 

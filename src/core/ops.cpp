@@ -247,6 +247,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
   kernels_for(out).attention(q, k, v, out, resolved, p.prob_rows.empty() ? nullptr : probs, s);
 }
 
+void OpKernels::quantized_paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                                          const QuantPagedKv& kv, Tensor& out, float scale,
+                                          Stream* s) {
+  (void)q, (void)q_positions, (void)kv, (void)scale, (void)s;
+  throw Unsupported(cat("quantized_paged_attention: no kernel for tensors on ",
+                        out.device().to_string(), " (CPU caches read codes in llm/kv_quant)"));
+}
+
 void paged_attention(const Tensor& q, std::span<const int32_t> q_positions, const PagedKv& kv,
                      Tensor& out, float scale, Stream* s) {
   const char* op = "paged_attention";

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal: cache_attention over caches whose blocks are not all f32 (f16 blocks): each block's K
-// and V rows are widened to f32 in a per-thread scratch, then scored and folded into the online
-// softmax like f32 blocks. cache_attention (model_attention.cpp) forwards to it when the cache's
-// dtype is not f32; same contract as cache_attention in model.h.
+// and V rows are widened to f32 in a per-thread L1 scratch, then scored and folded into the
+// online softmax. cache_attention (model_attention.cpp) forwards to it when the cache's dtype is
+// not f32; it runs the ragged-attention driver shared with quantized blocks
+// (kv_quant/attention.h). Same contract as cache_attention in model.h.
 #pragma once
 
 #include <cstdint>

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "llm/kv_quant/reencode.h"
 #include "tandem/core/error.h"
-#include "tandem/llm/kv_quant.h"
 
 namespace tandem::llm {
 
@@ -134,31 +134,13 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
   std::vector<KvBlock> kept;
   size_t next = 0;
   int64_t base = 0;
-  std::vector<float> k, v, kk, vv;
   for (const KvBlock& b : list) {
-    if (b.quantized()) {  // kept slots are re-encoded in the block's own format
-      std::vector<int32_t> pos;
-      std::vector<uint8_t> wide;
-      const int64_t d = shape_.head_dim;
-      const uint8_t* map = static_cast<const uint8_t*>(b.k.raw_data());
-      kk.clear(), vv.clear();
+    if (b.quantized()) {  // kept slots are re-encoded in the block's own format (kv_quant)
+      std::vector<int32_t> keep;
       while (next < slots.size() && slots[next] < base + b.used) {
-        const int64_t s = slots[next] - base;
-        if (pos.empty()) {  // decode once, without channel scales (kept rows stay scaled)
-          k.resize(static_cast<size_t>(b.used * d)), v.resize(k.size());
-          kv_decode(b.kq, map, b.used, d, k.data());
-          kv_decode(b.vq, static_cast<const uint8_t*>(b.v.raw_data()), b.used, d, v.data());
-        }
-        kk.insert(kk.end(), k.begin() + s * d, k.begin() + (s + 1) * d);
-        vv.insert(vv.end(), v.begin() + s * d, v.begin() + (s + 1) * d);
-        pos.push_back(b.positions[s]);
-        if (b.kq.mixed) wide.push_back((map[s / 8] >> (s % 8)) & 1);
-        ++next;
+        keep.push_back(static_cast<int32_t>(slots[next++] - base));
       }
-      if (!pos.empty()) {
-        kept.push_back(
-            kv_make_block(*this, b.kq, b.vq, kk.data(), vv.data(), pos, wide, b.channel_scaled));
-      }
+      if (!keep.empty()) kept.push_back(kv_reencode_slots(*this, b, keep));
       base += b.used;
       continue;
     }

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // KvCache on a GPU: appends and retains move rows with device copies (ops::convert of a strided
 // view into a block's slot range, converting the dtype when blocks are not f32), one copy per run
-// of consecutive slots, so a decode step costs 2 copies per (layer, KV head).
+// of consecutive slots, so a decode step costs 2 copies per (layer, KV head). The kept slots of a
+// quantized block are re-encoded in its own format on the host (kv_quant/reencode.h).
 #include <algorithm>
 
+#include "llm/kv_quant/reencode.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_cache.h"
 #include "tandem/ops/ops.h"
@@ -18,8 +20,8 @@ void KvCache::append_device(int layer, const Tensor& k_rows, const Tensor& v_row
     const Tensor k_head = k_rows.select(1, h);  // [T, D], row stride n_kv_heads * D
     const Tensor v_head = v_rows.select(1, h);
     for (int64_t i = 0; i < t;) {
-      if (list.empty() || list.back().used == shape_.block_tokens) {
-        list.push_back(new_block(shape_.dtype));
+      if (list.empty() || list.back().used == shape_.block_tokens || list.back().quantized()) {
+        list.push_back(new_block(shape_.dtype));  // quantized blocks are immutable
       }
       KvBlock& b = list.back();
       const int64_t n = std::min<int64_t>(t - i, shape_.block_tokens - b.used);
@@ -41,8 +43,17 @@ void KvCache::retain_device(int layer, int head, std::span<const int64_t> slots)
   size_t next = 0;
   int64_t base = 0;
   for (const KvBlock& b : list) {
+    if (b.quantized()) {  // kept slots are re-encoded in the block's own format (kv_quant)
+      std::vector<int32_t> keep;
+      while (next < slots.size() && slots[next] < base + b.used) {
+        keep.push_back(static_cast<int32_t>(slots[next++] - base));
+      }
+      if (!keep.empty()) kept.push_back(kv_reencode_slots(*this, b, keep));
+      base += b.used;
+      continue;
+    }
     while (next < slots.size() && slots[next] < base + b.used) {
-      if (kept.empty() || kept.back().used == shape_.block_tokens) {
+      if (kept.empty() || kept.back().used == shape_.block_tokens || kept.back().quantized()) {
         kept.push_back(new_block(b.dtype));
       }
       KvBlock& o = kept.back();

@@ -113,21 +113,12 @@ ScopedAttentionTap::~ScopedAttentionTap() { current_tap = std::move(previous_); 
 void cache_attention(const Tensor& q, std::span<const int32_t> positions, const KvCache& cache,
                      int layer, Tensor& out, float scale) {
   const KvCacheShape& cs = cache.shape();
-  if (q.rank() != 3 || q.dtype() != DType::kF32 || !q.is_contiguous() ||
-      q.size(0) != static_cast<int64_t>(positions.size()) || q.size(2) != cs.head_dim ||
-      q.size(1) % cs.n_kv_heads != 0) {
-    throw InvalidArgument(cat("cache_attention: q ", q.to_string(), " must be contiguous f32 [",
-                              positions.size(), ", k*", cs.n_kv_heads, ", ", cs.head_dim, "]"));
-  }
-  if (out.shape() != q.shape() || out.dtype() != DType::kF32 || !out.is_contiguous()) {
-    throw InvalidArgument(
-        cat("cache_attention: out ", out.to_string(), " must be f32 ", q.shape().to_string()));
-  }
+  check_cache_attention_args(q, positions, cache, out);  // kv_quant/attention.cpp
   const int64_t t_count = q.size(0), hq = q.size(1), d = cs.head_dim;
   const int64_t group = hq / cs.n_kv_heads;
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
   if (current_tap && cs.device.is_cpu()) current_tap(cache, layer, q, positions);
-  if (!cs.device.is_cpu()) {  // the GPU kernel reads the blocks in place
+  if (!cs.device.is_cpu() && !cache.has_quantized(layer)) {  // the GPU kernel reads blocks in place
     paged_cache_attention(q, positions, cache, layer, out, scale);
     return;
   }

@@ -136,6 +136,17 @@ TEST(CudaStream, QueuedWorkKeepsTensorsAlive) {
   TANDEM_REQUIRE_CUDA_OR_SKIP();
   Allocator& a = allocator(Device::cuda(0));
   auto s = create_stream(Device::cuda(0));
+  {
+    // Launch the kernels once before the stream is gated: with lazy module loading (the CUDA
+    // default) the first launch of a kernel loads it, which may synchronize the context, i.e. wait
+    // for the gated stream, which waits for this thread to open the gate: a deadlock (this test
+    // hung on an H200 without this warm-up).
+    const Tensor w = filled(1024, 1.0f).to(Device::cuda(0));
+    Tensor w2 = Tensor::empty({1024}, DType::kF32, Device::cuda(0));
+    ops::unary(ops::UnaryOp::kRelu, w, w2, s.get());
+    ops::add(w2, w, w2, s.get());
+    s->synchronize();
+  }
   CpuGate gate;
   // The result stays on the device: a copy into pageable host memory would block this thread until
   // the gated stream reached it.

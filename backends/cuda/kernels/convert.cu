@@ -134,10 +134,12 @@ __global__ void convert_u4_kernel(DType st, const uint8_t* src, StridedView view
   }
 }
 
+// The f16 bits of v at p with one 16-bit store (q8_0 / q4_0 / q4_1 blocks are 34, 18 and 20
+// bytes, so every scale and min is 2-byte aligned). Two byte stores of the half's bits were
+// miscompiled for sm_90 (CUDA 13.0): ptxas turned the store of the low byte into an f16 -> u8 value
+// conversion (F2I.U8.F16) of the scale, which wrote 0 for every scale below 1.
 __device__ __forceinline__ void put_half(uint8_t* p, float v) {
-  const uint16_t h = float_to_half_bits(v);
-  p[0] = static_cast<uint8_t>(h & 0xff);
-  p[1] = static_cast<uint8_t>(h >> 8);
+  *reinterpret_cast<uint16_t*>(p) = float_to_half_bits(v);
 }
 
 // dst q8_0 / q4_0 / q4_1: one thread per block of 32 values.

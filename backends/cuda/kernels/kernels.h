@@ -127,6 +127,36 @@ struct PagedAttentionArgs {
 size_t paged_attention_smem_bytes(int64_t d);
 cudaError_t paged_attention(const PagedAttentionArgs& a, cudaStream_t s);
 
+// ------------------------------------------------------------------- quantized paged attention
+// (kv_quant_attention.cu) Paged attention whose pages hold the packed K/V codes of the LLM engine's
+// quantized KV cache (byte layouts in tandem/llm/kv_quant.h), decoded in registers. One side (K or
+// V) of a page: codec 0 plain (bits 32: f32 rows, 16: f16 rows), 1 affine, 2 block32, 3 symmetric
+// (mixed: bitmap of ceil(used/8) bytes, then 8- or 4-bit rows), 4 per-channel.
+struct QuantKvSide {
+  const uint8_t* data = nullptr;  // device
+  int64_t bytes = 0;              // size of data (mixed rows past it are not read)
+  uint8_t codec = 0, bits = 0, mixed = 0;
+  uint16_t group = 0;
+};
+struct QuantKvPageDesc {
+  QuantKvSide k, v;
+  const int32_t* positions = nullptr;  // device, [used]
+  int32_t used = 0;
+  int32_t channel_scaled = 0;  // 1: scores use q * s_k, V rows go to the s_v-scaled sum
+};
+inline constexpr int64_t kQuantAttentionMaxDim = 256;
+struct QuantPagedAttentionArgs {
+  const float* q = nullptr;                // [tq, hq, d]
+  float* out = nullptr;                    // [tq, hq, d]
+  const int32_t* q_pos = nullptr;          // [tq]
+  const QuantKvPageDesc* pages = nullptr;  // pages of KV head h: [head_begin[h], head_begin[h+1])
+  const int64_t* head_begin = nullptr;     // [hkv + 1]
+  const float* channel_scales = nullptr;   // [hkv, 2, d]: s_k, s_v (ones for unscaled heads)
+  int64_t tq = 0, hq = 0, hkv = 0, d = 0;  // d <= kQuantAttentionMaxDim
+  float scale = 1.0f;
+};
+cudaError_t quantized_paged_attention(const QuantPagedAttentionArgs& a, cudaStream_t s);
+
 // ------------------------------------------------------------------- embedding bag
 // (embedding_bag.cu) out[b, j] = pool over i in [offsets[b], offsets[b+1]) of table[indices[i], j]
 // (f32 accumulation in index order; mean divides by the bag size, an empty bag gives 0). table:

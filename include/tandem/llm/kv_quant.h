@@ -87,11 +87,11 @@ TANDEM_API void kv_check_format(const KvQuantFormat& f, const char* what);
 TANDEM_API std::string kv_format_name(const KvQuantFormat& f);
 
 // The K and V rows of one block as f32 [used, d] (channel scales applied when the block holds
-// K/s, V/s and the cache has them).
+// K/s, V/s and the cache has them). Blocks on a GPU are downloaded and decoded on the host.
 TANDEM_API void kv_block_rows(const KvCache& cache, int layer, int head, const KvBlock& b,
                               std::vector<float>& k, std::vector<float>& v);
-// A quantized block of n slots on the cache's device (CPU only; Unsupported elsewhere) from f32
-// rows k, v [n, d] (already divided by channel scales when channel_scaled).
+// A quantized block of n slots on the cache's device from f32 rows k, v [n, d] (already divided
+// by channel scales when channel_scaled): encoded on the host, the codes uploaded to a GPU cache.
 TANDEM_API KvBlock kv_make_block(const KvCache& cache, const KvQuantFormat& kq,
                                  const KvQuantFormat& vq, const float* k, const float* v,
                                  std::span<const int32_t> positions,

@@ -95,6 +95,29 @@ struct PagedKv {
 TANDEM_API void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
                                 const PagedKv& kv, Tensor& out, float scale = 0.0f,
                                 Stream* s = nullptr);
+// Pages whose K and V may be packed codes (the LLM engine's quantized KV cache on a GPU; byte
+// layouts in tandem/llm/kv_quant.h). KvCodes mirrors llm::KvQuantFormat: codec 0 = plain rows of
+// the page tensor's dtype (f32 or f16, [capacity, D]), 1 affine, 2 block32 (q8_0 / q4_0),
+// 3 symmetric (mixed: per-slot 8/4-bit bitmap), 4 per-channel; coded sides are u8 [bytes].
+struct KvCodes {
+  uint8_t codec = 0;
+  uint8_t bits = 0;
+  uint16_t group = 0;
+  bool mixed = false;
+};
+struct QuantKvPage {
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  const int32_t* positions = nullptr;  // host, `used` entries
+  int32_t used = 0;
+  KvCodes kq, vq;
+  bool channel_scaled = false;  // holds K / s_k and V / s_v (scores use q * s_k, output * s_v)
+};
+struct QuantPagedKv {
+  std::vector<std::vector<QuantKvPage>> heads;
+  // Per KV head: host f32 [2, D] (s_k then s_v), or nullptr; required by channel-scaled pages.
+  std::vector<const float*> channel_scales;
+};
 // Pooled embedding lookup (the recommender models' embedding bags): for each bag b,
 // out[b, :] = pool over i in [offsets[b], offsets[b+1]) of row(indices[i]) as f32.
 // table: f32 or f16 [rows, dim], or u8 [rows, dim + 8] holding row-wise int8 rows (dim uint8 codes
@@ -153,6 +176,13 @@ class TANDEM_API OpKernels {
   // call: a kernel that runs asynchronously copies what it needs first.
   virtual void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
                                const PagedKv& kv, Tensor& out, float scale, Stream* s) = 0;
+  // paged_attention over QuantPagedKv pages (the CUDA backend implements it; others throw
+  // Unsupported: the CPU engine reads codes in llm/kv_quant). There is no free function: the LLM
+  // cache (llm::cache_attention) is the caller and validates the pages against the codec sizes;
+  // scale arrives resolved.
+  virtual void quantized_paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
+                                         const QuantPagedKv& kv, Tensor& out, float scale,
+                                         Stream* s);
   virtual void convert(const Tensor& src, Tensor& dst, Stream* s) = 0;
   // Index data are not yet checked: the kernel calls check_embedding_bag_indices() on the host
   // before computing (a GPU kernel on host copies).
