@@ -263,7 +263,8 @@ class QokvPolicy final : public KvPolicy {
   }
 
   // Rewrites the head's f32 full-precision blocks (new tokens; append() opens them in the cache's
-  // dtype) as f16 blocks, which append() then fills in place.
+  // dtype) as f16 blocks, which append() then fills in place. Converted on the host; a cache on a
+  // GPU gets the f16 rows uploaded to its device.
   static void residual_to_f16(KvCache& cache, int l, int h) {
     const auto& list = cache.blocks(l, h);
     const bool any = std::any_of(list.begin(), list.end(), [](const KvBlock& b) {
@@ -278,12 +279,14 @@ class QokvPolicy final : public KvPolicy {
         out.push_back(b);
         continue;
       }
+      const Tensor kf = b.k.device().is_cpu() ? b.k : b.k.to(Device::cpu());
+      const Tensor vf = b.v.device().is_cpu() ? b.v : b.v.to(Device::cpu());
       KvBlock f;
       f.dtype = DType::kF16;
-      f.k = Tensor::empty({cs.block_tokens, cs.head_dim}, DType::kF16, cs.device);
-      f.v = Tensor::empty({cs.block_tokens, cs.head_dim}, DType::kF16, cs.device);
-      const float* k = b.k.data<float>();
-      const float* v = b.v.data<float>();
+      f.k = Tensor::empty({cs.block_tokens, cs.head_dim}, DType::kF16);
+      f.v = Tensor::empty({cs.block_tokens, cs.head_dim}, DType::kF16);
+      const float* k = kf.data<float>();
+      const float* v = vf.data<float>();
       auto* fk = static_cast<uint16_t*>(f.k.raw_data());
       auto* fv = static_cast<uint16_t*>(f.v.raw_data());
       const int64_t used = int64_t{b.used} * cs.head_dim;
@@ -291,8 +294,11 @@ class QokvPolicy final : public KvPolicy {
         fk[i] = i < used ? f32_to_f16(k[i]) : 0;
         fv[i] = i < used ? f32_to_f16(v[i]) : 0;
       }
+      if (!cs.device.is_cpu()) {
+        f.k = f.k.to(cs.device);
+        f.v = f.v.to(cs.device);
+      }
       f.positions = b.positions;
-      f.positions.reserve(static_cast<size_t>(cs.block_tokens));
       f.used = b.used;
       out.push_back(std::move(f));
     }
