@@ -30,6 +30,7 @@ struct QokvCalibrateOptions {
   int samples = 4;
   int seqlen = 512;
   int groups = 10;
+  int value_group = 64;
   int threads = 0;
   bool no_scales = false;
   bool no_progress = false;
@@ -101,6 +102,8 @@ int run_qokv_calibrate(const QokvCalibrateOptions& o) {
   llm::QokvCalibrationOptions co;
   co.groups = o.groups;
   co.channel_scales = !o.no_scales;
+  co.value_group = o.value_group;
+  cal.value_group = o.value_group;
   for (int l = 0; l < cs.n_layers; ++l) {
     progress.update(cat("qokv-calibrate: layer ", l + 1, "/", cs.n_layers));
     cal.layers.push_back(
@@ -137,6 +140,10 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--seqlen", o->seqlen, "Tokens per sample")->check(CLI::Range(16, 1 << 16));
   sub->add_option("--groups", o->groups, "Contiguous position groups")->check(CLI::Range(1, 256));
   sub->add_flag("--no-scales", o->no_scales, "All channel scales 1 (the ablation)");
+  sub->add_option("--value-group", o->value_group,
+                  "Value quantizer the V scales are searched for (and the policy's default): 0 "
+                  "symmetric per token, else affine 4-bit per this many channels")
+      ->check(CLI::Range(0, 4096));
   sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-progress", o->no_progress, "No progress on stderr");

@@ -28,19 +28,32 @@
 // R most recent (R = 0 for the uniform and llama.cpp formats: a block is quantized when it fills);
 // a partial block stays full precision until it fills (so a few tokens per head stay f32).
 //
-// QoKV (spec llm.md 2.3): at the end of a prefill every prompt token gets the average attention
-// ā_j its column receives from the observed window queries (query_window(), default 32; the query
-// heads of a GQA group pooled); [0, n) is split into the calibrated contiguous groups of the layer
-// (fractions f_g, 10 by default, equal without calibration); in each group the top
-// round(n * important_ratio / groups) tokens by ā keep 8-bit keys, the rest 4-bit (per-token
-// symmetric absmax); values 4-bit per-token symmetric. With a calibration file, the layer's
+// QoKV (spec llm.md 2.3). Prefill, as the spec: the policy scores every prefill query it is
+// handed (all rows of every prefill batch by default, so ā_j is the spec's average over every
+// (query, head) pair of the GQA group that sees key j; `--kv-set window=N` scores only the last N
+// rows of each batch, cheaper: the scoring pass is O(H n^2 d)); [0, n) is split into the
+// calibrated contiguous groups of the layer (fractions f_g, 10 by default, equal without
+// calibration); in each group the top round(n * ratio / groups) tokens by ā keep 8-bit keys, the
+// rest 4-bit (per-token symmetric absmax; ratio 0.1). With a calibration file, the layer's
 // per-channel scales are applied after RoPE (K/s_k stored, q*s_k at attention; V/s_v stored, the
 // output rescaled by s_v), which keeps QK^T exact in real arithmetic for any s (so RoPE pairs need
-// no equal scales; the calibration still ties them). Decode (labelled reconstruction: the paper's
-// decode text is unavailable): new tokens stay f32 in a residual of R tokens (default 32), then
-// are quantized with 4-bit keys and values per token when a block leaves the residual.
-// Departures: V uses per-token scales at prefill too (a per-tensor 4-bit V scale loses too much
-// on SmolLM2); the codes' scales add 2 bytes per row, so bits/element are ~4.6, not 4.2.
+// no equal scales; the calibration still ties them).
+// Reconstruction (the paper's decode text is unavailable; the released code is prefill-only):
+//   - decode rule: new tokens stay in an f16 residual (spec: "fp16") of R tokens (residual, 32);
+//     meanwhile every query that sees them (decode steps, and later prefill batches) adds the
+//     attention it gives them (softmax over the full-precision tokens) to a per-token sum; when a
+//     full block leaves the residual, its round(decode_ratio * block) most-attended slots (by the
+//     average over the queries that saw them) keep 8-bit keys in the mixed format, the rest 4-bit;
+//   - values: 4-bit affine (scale + min) per 64 channels, i.e. per token at head_dim 64, at
+//     prefill and decode (vgroup; 0 = the spec's symmetric 4-bit, per token, since a per-tensor
+//     scale cannot bound future tokens); the calibration's V scales are searched for this
+//     quantizer (value_group, recorded in the file);
+//   - the scale search runs the deployed quantizers with f16 scales.
+// Settings (--kv-set): ratio, decode_ratio, groups, residual, window, vbits (4; 8 for the
+// ablation), vgroup, scales (0: ignore the calibration's channel scales), f16_residual (0: keep the
+// cache's f32). Bits: per row an f16 scale (K) or scale + min (V), so 10% 8-bit keys give
+// (0.1 * 8.25 + 0.9 * 4.25 + 4.5) / 2 = 4.575 bits plus the residual, not the README's 4.2, which
+// counts codes only (measured: docs/results/kv-quant-smollm2.md).
 //
 // Thread-safety: policies belong to one cache; the codec functions are pure.
 #pragma once
@@ -120,6 +133,9 @@ struct QokvLayerCalibration {
 struct QokvCalibration {
   std::string model;  // free text: what it was calibrated on
   int n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  // The value quantizer the V scales were searched for (QokvCalibrationOptions::value_group; the
+  // policy's default vgroup); -1: not recorded (files written before it existed).
+  int value_group = -1;
   std::vector<QokvLayerCalibration> layers;
 };
 
@@ -142,6 +158,8 @@ struct QokvCalibrationOptions {
   int search_steps = 48;       // clipping thresholds tried in the channel-scale search
   int search_queries = 32;     // queries (last rows) in the QK^T error of the search
   bool channel_scales = true;  // false: all scales 1 (the ablation)
+  int value_group = 64;        // value quantizer of the V search: 0 symmetric per token, else
+                               // affine 4-bit per value_group channels (the policy's vgroup)
 };
 // Calibration A (groups) and B (scales) of spec 2.3 for one layer over samples; n_heads query
 // heads, n_kv_heads KV heads of head_dim d. InvalidArgument for empty or inconsistent samples.
@@ -157,6 +175,16 @@ TANDEM_API std::vector<float> qokv_importance(const float* q, std::span<const in
                                               int n_heads, int first_head, int group,
                                               const float* k, std::span<const int32_t> kpos,
                                               int head_dim);
+
+// The sums behind qokv_importance: adds to total[j] the attention probability key j gets from
+// every (query, head) pair that sees it and to count[j] the number of such pairs (total and count
+// have one entry per key). With keys restricted to a subset of the cache (QoKV's decode rule
+// scores the full-precision residual only), the softmax is over that subset, so the ranking of
+// keys for each query is exact and only the per-query normalisation differs.
+TANDEM_API void qokv_attention_totals(const float* q, std::span<const int32_t> qpos, int n_heads,
+                                      int first_head, int group, const float* k,
+                                      std::span<const int32_t> kpos, int head_dim,
+                                      std::span<double> total, std::span<int64_t> count);
 
 // The QoKV 8-bit selection of n tokens with importance ā: per contiguous group (fractions, empty:
 // equal) the top round(n * ratio / groups) tokens. Returns n flags (1 = 8-bit key).

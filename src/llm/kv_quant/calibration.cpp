@@ -8,49 +8,89 @@
 #include <numeric>
 #include <random>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "tandem/core/backend.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_quant.h"
 
 namespace tandem::llm {
 
-std::vector<float> qokv_importance(const float* q, std::span<const int32_t> qpos, int n_heads,
-                                   int first_head, int group, const float* k,
-                                   std::span<const int32_t> kpos, int head_dim) {
+void qokv_attention_totals(const float* q, std::span<const int32_t> qpos, int n_heads,
+                           int first_head, int group, const float* k, std::span<const int32_t> kpos,
+                           int head_dim, std::span<double> total, std::span<int64_t> count) {
   const auto n = static_cast<int64_t>(kpos.size());
   const int64_t d = head_dim;
   if (first_head < 0 || group < 1 || first_head + group > n_heads) {
     throw InvalidArgument(cat("qokv_importance: heads [", first_head, ", ", first_head + group,
                               ") outside ", n_heads));
   }
-  std::vector<double> total(static_cast<size_t>(n), 0.0);
-  std::vector<int64_t> count(static_cast<size_t>(n), 0);
-  std::vector<float> p(static_cast<size_t>(n));
+  if (static_cast<int64_t>(total.size()) != n || static_cast<int64_t>(count.size()) != n) {
+    throw InvalidArgument(cat("qokv_attention_totals: ", n, " keys but totals of ", total.size(),
+                              " and counts of ", count.size()));
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (size_t t = 0; t < qpos.size(); ++t) {
-    for (int hh = first_head; hh < first_head + group; ++hh) {
-      const float* qv = q + (static_cast<int64_t>(t) * n_heads + hh) * d;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpos[j] > qpos[t]) continue;
-        float s = 0;
-        for (int64_t i = 0; i < d; ++i) s += qv[i] * k[j * d + i];
-        p[j] = s * scale;
-        mx = std::max(mx, p[j]);
-      }
-      if (mx == -std::numeric_limits<float>::infinity()) continue;
-      double z = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpos[j] <= qpos[t]) z += (p[j] = std::exp(p[j] - mx));
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        if (kpos[j] > qpos[t]) continue;
-        total[j] += p[j] / z;
-        ++count[j];
+  const auto nq = static_cast<int64_t>(qpos.size());
+  // The scoring pass is O(queries * keys * d): query rows are split over the CPU threads, each
+  // with its own sums, added up in thread order at the end (the result does not depend on the
+  // thread count beyond double rounding; one thread sums exactly as a plain loop).
+  const int threads = static_cast<int>(std::clamp<int64_t>(nq / 8, 1, cpu_num_threads()));
+  std::vector<std::vector<double>> part_total(static_cast<size_t>(threads));
+  std::vector<std::vector<int64_t>> part_count(static_cast<size_t>(threads));
+#pragma omp parallel num_threads(threads)
+  {
+#ifdef _OPENMP
+    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+    const int tid = 0, nt = 1;
+#endif
+    std::vector<double>& tot = part_total[tid];
+    std::vector<int64_t>& cnt = part_count[tid];
+    tot.assign(static_cast<size_t>(n), 0.0);
+    cnt.assign(static_cast<size_t>(n), 0);
+    std::vector<float> p(static_cast<size_t>(n));
+    for (int64_t t = nq * tid / nt; t < nq * (tid + 1) / nt; ++t) {
+      for (int hh = first_head; hh < first_head + group; ++hh) {
+        const float* qv = q + (t * n_heads + hh) * d;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          if (kpos[j] > qpos[t]) continue;
+          float sum = 0;
+          for (int64_t i = 0; i < d; ++i) sum += qv[i] * k[j * d + i];
+          p[j] = sum * scale;
+          mx = std::max(mx, p[j]);
+        }
+        if (mx == -std::numeric_limits<float>::infinity()) continue;
+        double z = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          if (kpos[j] <= qpos[t]) z += (p[j] = std::exp(p[j] - mx));
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          if (kpos[j] > qpos[t]) continue;
+          tot[j] += p[j] / z;
+          ++cnt[j];
+        }
       }
     }
   }
-  std::vector<float> a(static_cast<size_t>(n), 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
+  for (int th = 0; th < threads; ++th) {
+    if (part_total[th].empty()) continue;
+    for (int64_t j = 0; j < n; ++j) total[j] += part_total[th][j], count[j] += part_count[th][j];
+  }
+}
+
+std::vector<float> qokv_importance(const float* q, std::span<const int32_t> qpos, int n_heads,
+                                   int first_head, int group, const float* k,
+                                   std::span<const int32_t> kpos, int head_dim) {
+  const size_t n = kpos.size();
+  std::vector<double> total(n, 0.0);
+  std::vector<int64_t> count(n, 0);
+  qokv_attention_totals(q, qpos, n_heads, first_head, group, k, kpos, head_dim, total, count);
+  std::vector<float> a(n, 0.0f);
+  for (size_t j = 0; j < n; ++j) {
     if (count[j] > 0) a[j] = static_cast<float>(total[j] / static_cast<double>(count[j]));
   }
   return a;
@@ -139,16 +179,33 @@ std::vector<int64_t> kmeans_1d_sizes(std::vector<double> x, int k) {
   return best_sizes;
 }
 
-// Per-token symmetric 4-bit round trip of rows x [n, d] (the deployed quantizer of most keys).
-void sym4_roundtrip(std::vector<float>& x, int64_t n, int64_t d) {
+// Round trip of rows x [n, d] through a deployed 4-bit quantizer: per-token symmetric absmax
+// (group 0: the QoKV keys) or affine per `group` channels (scale + min, as KvCodec::kAffine), with
+// the codec's f16 scales.
+void quant4_roundtrip(std::vector<float>& x, int64_t n, int64_t d, int group) {
+  const int64_t g = group <= 0 ? d : std::min<int64_t>(group, d);
   for (int64_t s = 0; s < n; ++s) {
-    float* r = x.data() + s * d;
-    float amax = 0;
-    for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(r[i]));
-    const float sc = amax / 7.0f;
-    if (sc == 0) continue;
-    for (int64_t i = 0; i < d; ++i) {
-      r[i] = sc * std::clamp(std::nearbyint(r[i] / sc), -7.0f, 7.0f);
+    for (int64_t lo = 0; lo < d; lo += g) {
+      float* r = x.data() + s * d + lo;
+      const int64_t m = std::min(g, d - lo);
+      if (group <= 0) {
+        float amax = 0;
+        for (int64_t i = 0; i < m; ++i) amax = std::max(amax, std::fabs(r[i]));
+        const float sc = f16_to_f32(f32_to_f16(amax / 7.0f));
+        if (sc == 0) continue;
+        for (int64_t i = 0; i < m; ++i) {
+          r[i] = sc * std::clamp(std::nearbyint(r[i] / sc), -7.0f, 7.0f);
+        }
+        continue;
+      }
+      float mn = r[0], mx = r[0];
+      for (int64_t i = 0; i < m; ++i) mn = std::min(mn, r[i]), mx = std::max(mx, r[i]);
+      const float mn16 = f16_to_f32(f32_to_f16(mn));
+      const float sc = f16_to_f32(f32_to_f16((mx - mn16) / 15.0f));
+      if (sc == 0) continue;
+      for (int64_t i = 0; i < m; ++i) {
+        r[i] = mn16 + sc * std::clamp(std::nearbyint((r[i] - mn16) / sc), 0.0f, 15.0f);
+      }
     }
   }
 }
@@ -157,7 +214,8 @@ void sym4_roundtrip(std::vector<float>& x, int64_t n, int64_t d) {
 // when `pairs`); keeps the st whose quantized rows give the least error (QK^T for keys with the
 // given queries, the rows themselves for values).
 std::vector<float> search_scales(const std::vector<float>& x, int64_t n, int64_t d,
-                                 const std::vector<float>* q, int64_t nq, int steps, bool pairs) {
+                                 const std::vector<float>* q, int64_t nq, int steps, bool pairs,
+                                 int group) {
   std::vector<float> cmax(static_cast<size_t>(d), 0.0f), cmin(cmax.size(), 0.0f);
   float amax = 0;
   for (int64_t s = 0; s < n; ++s) {
@@ -193,7 +251,7 @@ std::vector<float> search_scales(const std::vector<float>& x, int64_t n, int64_t
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t i = 0; i < d; ++i) y[s * d + i] /= sc[i];
     }
-    sym4_roundtrip(y, n, d);
+    quant4_roundtrip(y, n, d, group);
     for (int64_t s = 0; s < n; ++s) {
       for (int64_t i = 0; i < d; ++i) y[s * d + i] *= sc[i];
     }
@@ -265,7 +323,8 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
   }
   // B: channel scales per KV head, on the first sample's rows (at most kSearchRows, strided; keys:
   // the QK^T error of the last search_queries queries of the group's heads; values: the rows' own
-  // error).
+  // error under the deployed value quantizer). Rows and queries of every sample were tried too
+  // (docs/results/kv-quant-smollm2.md): on SmolLM2 they gave worse perplexity.
   out.k_scale.resize(static_cast<size_t>(n_kv_heads));
   out.v_scale.resize(static_cast<size_t>(n_kv_heads));
   for (int h = 0; h < n_kv_heads; ++h) {
@@ -283,7 +342,7 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
       k.insert(k.end(), kr, kr + d);
       v.insert(v.end(), vr, vr + d);
     }
-    const int64_t nq = std::min<int64_t>(o.search_queries, s.n);
+    const int64_t nq = std::clamp<int64_t>(o.search_queries, 1, s.n);
     for (int64_t t = s.n - nq; t < s.n; ++t) {
       for (int64_t g = 0; g < group; ++g) {
         const float* qr = s.q.data() + (t * n_heads + h * group + g) * d;
@@ -292,8 +351,8 @@ QokvLayerCalibration calibrate_qokv_layer(std::span<const QokvSample> samples, i
     }
     const int64_t n = static_cast<int64_t>(k.size()) / d;
     out.k_scale[h] =
-        search_scales(k, n, d, &q, static_cast<int64_t>(q.size()) / d, o.search_steps, true);
-    out.v_scale[h] = search_scales(v, n, d, nullptr, 0, o.search_steps, false);
+        search_scales(k, n, d, &q, static_cast<int64_t>(q.size()) / d, o.search_steps, true, 0);
+    out.v_scale[h] = search_scales(v, n, d, nullptr, 0, o.search_steps, false, o.value_group);
   }
   return out;
 }

@@ -57,6 +57,7 @@ void save_qokv_calibration(const QokvCalibration& c, const std::string& path) {
   j["n_layers"] = c.n_layers;
   j["n_kv_heads"] = c.n_kv_heads;
   j["head_dim"] = c.head_dim;
+  if (c.value_group >= 0) j["value_group"] = c.value_group;
   j["layers"] = nlohmann::json::array();
   for (const auto& l : c.layers) {
     j["layers"].push_back(
@@ -88,6 +89,14 @@ QokvCalibration parse_qokv_calibration(const std::string& text, const std::strin
   c.n_layers = positive_int(j, "n_layers", where);
   c.n_kv_heads = positive_int(j, "n_kv_heads", where);
   c.head_dim = positive_int(j, "head_dim", where);
+  if (j.contains("value_group")) {  // optional: absent in files written before it existed
+    const auto& vg = j["value_group"];
+    if (!vg.is_number_integer() || vg.get<int64_t>() < 0 || vg.get<int64_t>() > 4096) {
+      fail(where, cat("'value_group' must be an integer in 0..4096 (0: symmetric values), got ",
+                      vg.dump()));
+    }
+    c.value_group = vg.get<int>();
+  }
   const auto& layers = field(j, "layers", where, "");
   if (!layers.is_array() || static_cast<int>(layers.size()) != c.n_layers) {
     fail(where, cat("'layers' must be an array of n_layers = ", c.n_layers, " entries"));
