@@ -18,7 +18,8 @@ namespace tandem::llm {
 
 namespace {
 
-// GPU caches of plain blocks: ops::paged_attention (the backend's kernel reads the blocks in place).
+// GPU caches of plain blocks: ops::paged_attention (the backend's kernel reads the blocks in
+// place).
 void paged_cache_attention(const Tensor& q, std::span<const int32_t> positions,
                            const KvCache& cache, int layer, Tensor& out, float scale) {
   ops::PagedKv kv;
