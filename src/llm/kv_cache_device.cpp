@@ -44,11 +44,7 @@ void KvCache::retain_device(int layer, int head, std::span<const int64_t> slots)
   int64_t base = 0;
   for (const KvBlock& b : list) {
     if (b.quantized()) {  // kept slots are re-encoded in the block's own format (kv_quant)
-      std::vector<int32_t> keep;
-      while (next < slots.size() && slots[next] < base + b.used) {
-        keep.push_back(static_cast<int32_t>(slots[next++] - base));
-      }
-      if (!keep.empty()) kept.push_back(kv_reencode_slots(*this, b, keep));
+      kv_retain_quantized_block(*this, b, base, slots, next, kept);
       base += b.used;
       continue;
     }

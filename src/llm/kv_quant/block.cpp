@@ -127,4 +127,14 @@ KvStorageStats kv_storage_stats(const KvCache& cache) {
   return st;
 }
 
+void kv_retain_quantized_block(const KvCache& cache, const KvBlock& b, int64_t base,
+                               std::span<const int64_t> slots, size_t& next,
+                               std::vector<KvBlock>& kept) {
+  std::vector<int32_t> keep;
+  while (next < slots.size() && slots[next] < base + b.used) {
+    keep.push_back(static_cast<int32_t>(slots[next++] - base));
+  }
+  if (!keep.empty()) kept.push_back(kv_reencode_slots(cache, b, keep));
+}
+
 }  // namespace tandem::llm
