@@ -33,9 +33,9 @@ Shape tile_shape(const Shape& full, const Region& r) {
   return Shape{full[0], full[1], r.rows(), r.cols()};
 }
 
-bool env_on(const char* name) {
+bool env_off(const char* name) {
   const char* e = std::getenv(name);
-  return e && std::string(e) == "1";
+  return e && std::string(e) == "0";
 }
 
 bool elementwise(OpKind op) {
@@ -283,7 +283,12 @@ Executor::Executor(const Graph& graph, ExecutorOptions opts) : impl_(std::make_u
       impl_->convs[i] = std::make_unique<kernels::ConvKernel>(
           graph.node(static_cast<int>(i)),
           graph.tensor(graph.node(static_cast<int>(i)).inputs[0]).shape, opts.use_onednn,
-          opts.winograd || env_on("TANDEM_CNN_WINOGRAD"));
+          opts.winograd && !env_off("TANDEM_CNN_WINOGRAD"));
+  // Winograd convs compute whole transform tiles: the region algebra must know their grid.
+  for (size_t i = 0; i < graph.nodes().size(); ++i)
+    if (impl_->convs[i])
+      impl_->g.mutable_nodes()[i].window.out_grid =
+          impl_->convs[i]->output_grid(std::max(opts.threads, 1));
 }
 
 Executor::~Executor() = default;

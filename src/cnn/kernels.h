@@ -30,13 +30,18 @@ float apply_act(float v, const Activation& a);
 class ConvKernel {
  public:
   // in_full: the node's whole input shape (tiles reuse the kernel chosen for it).
-  // winograd: oneDNN's Winograd for 3x3 stride-1 convs where it has a kernel.
+  // winograd: oneDNN's Winograd F(4x4, 3x3) for a 3x3 stride-1 conv whose output has at least
+  // kWinogradMinPixels pixels, where oneDNN has the kernel (output_grid() then says 4).
   ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, bool winograd = false);
   ~ConvKernel();
   // x: the input cropped to input_region(out); residual: the residual input cropped to out, or
   // null (it may share y's memory); y: contiguous [N, O, out.rows(), out.cols()].
   void run(const View& x, const View* residual, const Region& out, Tensor& y, int threads);
   bool uses_onednn() const;
+  // The output tile grid of the kernel chosen for the whole input (Window::out_grid): 4 for
+  // oneDNN's F(4x4, 3x3) Winograd, 2 for F(2x2, 3x3), else 1. The executor sets it on its graph
+  // before planning any region, so tiles are computed on whole transform tiles.
+  int output_grid(int threads);
   // The implementation that ran last: oneDNN's impl_info_str() (" (nchw)" when on plain
   // activations), "tandem:direct_dw" or "ops::conv2d".
   std::string impl_name() const;
@@ -64,6 +69,13 @@ class ConvKernel {
 // Convolutions below this many FLOPs run on one thread (ConvKernel::layer_threads);
 // TANDEM_CNN_SERIAL_FLOPS overrides it.
 constexpr double kSerialFlops = 20e6;
+
+// Winograd only where the output map has at least this many pixels (TANDEM_CNN_WINOGRAD_MIN_PIXELS
+// overrides): on small maps with many channels the transformed weights (4x the direct ones for
+// F(4x4, 3x3): 37.7 MB for a 512->512 conv) stream from memory on every call and the Winograd
+// kernel loses (ResNet-50 on one core: 56x56 and 28x28 maps 0.45-0.63 of the direct kernel's
+// time, 14x14 0.9, 7x7 1.7).
+constexpr int64_t kWinogradMinPixels = 28 * 28;
 
 // Channels per block of the blocked activation layout: 16 with AVX-512, else 8.
 int block_size();

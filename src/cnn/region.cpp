@@ -51,11 +51,22 @@ void window_axis(int64_t o0, int64_t o1, int k, int s, int d, int pad, int64_t* 
 
 }  // namespace
 
-Region input_region(const Graph& g, int node, int input, const Region& out) {
+Region align_to_grid(const Region& r, int grid, const Shape& shape) {
+  if (grid <= 1 || r.empty()) return r;
+  const Region full = full_region(shape);
+  const int64_t g = grid;
+  return intersect({r.h0 / g * g, (r.h1 + g - 1) / g * g, r.w0 / g * g, (r.w1 + g - 1) / g * g},
+                   full);
+}
+
+Region input_region(const Graph& g, int node, int input, const Region& want) {
   const Node& n = g.node(node);
   const Shape& in = g.tensor(n.inputs.at(input)).shape;
   const Region full = full_region(in);
-  if (out.empty()) return {};
+  if (want.empty()) return {};
+  const Region out = n.op == OpKind::kConv
+                         ? align_to_grid(want, n.window.out_grid, g.tensor(n.outputs[0]).shape)
+                         : want;
   if (!is_spatial(n.op) || in.rank() != 4) return full;
   switch (n.op) {
     case OpKind::kConv:
@@ -111,6 +122,8 @@ std::vector<Region> required_regions(const Graph& g, const std::vector<int>& nod
       for (int t : n.outputs) need[t] = full_region(g.tensor(t).shape);
       out = full_region(g.tensor(n.outputs[0]).shape);
     } else {
+      if (n.op == OpKind::kConv)  // a Winograd conv computes whole grid tiles
+        out = align_to_grid(out, n.window.out_grid, g.tensor(n.outputs[0]).shape);
       for (int t : n.outputs) need[t] = out;  // one computation produces every output's region
     }
     for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -475,6 +475,70 @@ TEST(CnnRegion, WideOneByOneConvBandsAreBitIdentical) {
   }
 }
 
+// Winograd 3x3 convolutions (two in a chain, 30x30 and 32x30 maps so the last 4x4 transform
+// tiles hang over the border): the executor marks them with their output grid, the region algebra
+// rounds every region out to it, and any row band or rectangle computed by run_region from its
+// required input equals the whole-image run bit for bit, on 1 and 2 threads. Against the direct
+// kernel the results differ by rounding only.
+TEST(CnnRegion, WinogradTilesAreBitIdentical) {
+  auto conv = [](const std::string& name, int c, int o, int seed) {
+    Node n;
+    n.op = OpKind::kConv;
+    n.name = name;
+    n.window = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+    n.weight = random_tensor({o, c, 3, 3}, seed, 0.1f);
+    n.bias = random_tensor({o}, seed + 1);
+    n.act = {ActKind::kRelu, 0.0f, 0.0f};
+    return n;
+  };
+  for (const int64_t w : {30, 32}) {
+    Graph g;
+    const int x = g.add_tensor("x", {1, 32, 30, w});
+    g.add_input(x);
+    Node a = conv("a", 32, 32, 31), b = conv("b", 32, 48, 33);
+    const int m = g.add_tensor("m"), y = g.add_tensor("y");
+    a.inputs = {x};
+    a.outputs = {m};
+    b.inputs = {m};
+    b.outputs = {y};
+    g.add_node(a);
+    g.add_node(b);
+    g.add_output(y);
+    g.infer_shapes();
+    const Tensor xin = random_tensor({1, 32, 30, w}, 35);
+    for (int threads : {1, 2}) {
+      Executor full(g, {.threads = threads});
+      const Tensor want = full.run({xin})[0];
+      Executor direct(g, {.threads = threads, .winograd = false});
+      EXPECT_LE(scaled_max_error(direct.run({xin})[0], want), 1e-5);
+      if (full.graph().node(0).window.out_grid == 1)
+        GTEST_SKIP() << "no Winograd kernel here (" << full.node_impls()[0] << ")";
+      EXPECT_EQ(full.graph().node(1).window.out_grid, full.graph().node(0).window.out_grid);
+      EXPECT_EQ(g.node(0).window.out_grid, 1);  // the caller's graph is left alone
+      Executor part(g, {.threads = threads});
+      int checked = 0;
+      for (int64_t h0 = 0; h0 < 30; h0 += 3) {
+        for (int64_t h1 : {h0 + 1, std::min<int64_t>(30, h0 + 6), int64_t{30}}) {
+          for (const Region out : {Region{h0, h1, 0, w}, Region{h0, h1, h0 % 7, w - h0 % 5}}) {
+            const std::vector<Region> need = required_regions(part.graph(), {0, 1}, {{y, out}});
+            EXPECT_EQ(need[m].h0 % part.graph().node(1).window.out_grid, 0);
+            const Tensor got =
+                part.run_region({0, 1}, {{x, {testing::crop_tensor(xin, need[x]), need[x]}}},
+                                {{y, out}})
+                    .at(y)
+                    .data;
+            EXPECT_TRUE(testing::bit_equal(got, testing::crop_tensor(want, out)))
+                << "width " << w << ", " << threads << " threads, region " << out.to_string()
+                << " (kernel " << full.node_impls()[0] << ")";
+            ++checked;
+          }
+        }
+      }
+      EXPECT_GT(checked, 40);
+    }
+  }
+}
+
 TEST(CnnRegion, CutTensorsAreTheDominators) {
   const Graph g = residual_block();
   const auto cuts = cut_tensors(g);

@@ -88,7 +88,7 @@ TEST(CnnModels, WinogradMatchesDirectConvolution) {
     const Graph g = import_onnx(ref.model.string());
     for (int threads : {1, 2}) {
       Executor wino(g, {.threads = threads, .winograd = true});
-      Executor direct(g, {.threads = threads});
+      Executor direct(g, {.threads = threads, .winograd = false});
       const auto a = wino.run({ref.input}), b = direct.run({ref.input});
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(scaled_max_error(a[i], b[i]), 1e-5);

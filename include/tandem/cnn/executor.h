@@ -45,11 +45,13 @@ struct ExecutorOptions {
   // have a blocked kernel, so blocked convolutions need no reorder in or out; bit-identical to
   // the NCHW path (false). Needs use_onednn; TANDEM_CNN_BLOCKED=0 turns it off too.
   bool blocked = true;
-  // oneDNN's Winograd for 3x3 stride-1 convolutions (about 30% off ResNet-50 on one AVX-512
-  // core). Off by default: a Winograd output depends on its place in the transform's tile grid,
-  // so tiles (run_region) match the whole-image run only to rounding (~1e-6), not bit for bit.
-  // TANDEM_CNN_WINOGRAD=1 turns it on too.
-  bool winograd = false;
+  // oneDNN's Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions on maps of at least 28x28
+  // outputs (ResNet-50's 56x56 and 28x28 3x3 convs take 0.45-0.63 of the direct kernel's time on
+  // one AVX-512 core). A Winograd output depends on its place in the transform's 4x4 tile, so the
+  // executor sets such a conv's Window::out_grid on its graph (graph()) and every tile is computed
+  // on whole grid tiles: tiles stay bit-identical to the whole-image run. Plan regions for
+  // run_region with graph(). TANDEM_CNN_WINOGRAD=0 turns it off too.
+  bool winograd = true;
   // Device::cuda(i): the whole graph runs there through the CUDA module's cuDNN/cuBLAS runner
   // (device_runner.h); run() only (no run_region, keep_all or profile), outputs on the CPU.
   Device device = Device::cpu();
@@ -94,6 +96,8 @@ class TANDEM_API Executor {
   // (impl_info_str(), e.g. "jit_1x1:avx512_core"; " (nchw)" on plain activations), else the
   // engine's own ("tandem:blocked" on nChwBc activations, "tandem:nchw"); "" for nodes not run.
   std::vector<std::string> node_impls() const;
+  // The graph this executor runs: the one given, with Window::out_grid set on its Winograd convs
+  // (the region algebra on it gives the regions run_region needs).
   const Graph& graph() const;
 
  private:

@@ -69,6 +69,11 @@ struct Window {
   // ONNX auto_pad: 0 explicit pads, 1 SAME_UPPER, 2 SAME_LOWER (resolved by infer_shapes, which
   // then sets the pads and resets this to 0).
   int same_pad = 0;
+  // Convs: the output is computed in out_grid x out_grid tiles anchored at the output's origin
+  // (set by the Executor on a Winograd conv, whose result for a pixel depends on its place in the
+  // transform's tile). The region algebra rounds any output region of such a node out to that
+  // grid (clamped to the output), so a tile is computed exactly like the whole map.
+  int out_grid = 1;
 };
 
 struct Node {

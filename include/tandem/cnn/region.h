@@ -7,6 +7,8 @@
 // region it reads, per axis:
 //   conv / pool (kernel k, stride s, dilation d, leading pad p):
 //     lo = o_lo*s - p,  hi = (o_hi-1)*s - p + (k-1)*d + 1,  clamped to [0, H_in)
+//   a conv with Window::out_grid g > 1 (Winograd) first rounds the output region out to multiples
+//   of g (clamped to the output), the region its kernel computes;
 //   add, mul, concat, split, activations: the same region;  nearest resize by u: [lo/u, (hi-1)/u+1)
 //   gemm, flatten, reshape, softmax, global pool: the whole input (they are not spatial).
 // A window that hangs over the border reads the op's zero padding there; a window over an
@@ -58,6 +60,10 @@ TANDEM_API bool is_spatial(OpKind op);
 
 // The region of input `input` that node `node` reads to produce `out` of its outputs.
 TANDEM_API Region input_region(const Graph& g, int node, int input, const Region& out);
+
+// `r` rounded out to multiples of `grid` from the origin, clamped to the spatial extent of
+// `shape` (grid <= 1: r unchanged). The region a conv with Window::out_grid computes for r.
+TANDEM_API Region align_to_grid(const Region& r, int grid, const Shape& shape);
 
 // The zero padding a conv/pool applies on each side when computing `out` from the clamped input
 // region: (top, left, bottom, right). Interior edges get 0; border edges get the real padding.
