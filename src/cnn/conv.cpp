@@ -299,19 +299,40 @@ struct ConvKernel::Impl {
     const Dims yd{in_full[0], node.weight.size(0), ho, wo};
     dnnl::convolution_forward::primitive_desc pd = make_pd(xd, yd, p, "");
     full_impl_name = pd.impl_info_str();
-    if (full_impl_name.find("1x1") == std::string::npos || ho < 2) return full_impl_name;
+    const int grid = full_impl_name.find("wino_4x3") != std::string::npos   ? 4
+                     : full_impl_name.find("wino_2x3") != std::string::npos ? 2
+                                                                            : 0;
+    if ((full_impl_name.find("1x1") == std::string::npos && !grid) || ho < 2) return full_impl_name;
     static std::mutex cache_mu;
-    static std::map<std::array<int64_t, 13>, std::pair<int, std::string>> cache;
-    const std::array<int64_t, 13> key{xd[0], xd[1], xd[2], xd[3], yd[1],   w.sh,  w.sw,
-                                      w.pt,  w.pl,  w.pb,  w.pr,  threads, layout};
+    static std::map<std::array<int64_t, 15>, std::pair<int, std::string>> cache;
+    const std::array<int64_t, 15> key{xd[0], xd[1], xd[2], xd[3], yd[1], w.kh,    w.kw,  w.sh,
+                                      w.sw,  w.pt,  w.pl,  w.pb,  w.pr,  threads, layout};
     {
       std::lock_guard lk(cache_mu);
       if (auto it = cache.find(key); it != cache.end()) {
         layout = it->second.first;
         full_impl_name = it->second.second;
         own_1x1 = full_impl_name == kOwn1x1Name;
+        winograd = winograd && full_impl_name.find("wino") != std::string::npos;
         return full_impl_name;
       }
+    }
+    if (grid) {
+      // oneDNN's Winograd kernels change how they block the channel sum with the number of
+      // transform tiles for some geometries (VGG-16's 256- and 512-channel convs: 10-45 of 70
+      // grid-aligned row bands rounded differently from the whole map): probe grid-aligned bands
+      // and use the direct kernel where they differ.
+      if (!bands_exact(ho, threads, grid)) {
+        winograd = false;
+        prims.clear();
+        full_impl_name = make_pd(xd, yd, p, "").impl_info_str();
+        log().debug("cnn conv '{}': Winograd is not exact on row bands, using {}", node.name,
+                    full_impl_name);
+      }
+      prims.clear();
+      std::lock_guard lk(cache_mu);
+      cache.emplace(key, std::make_pair(layout, full_impl_name));
+      return full_impl_name;
     }
     bool exact = bands_exact(ho, threads);
     if (!exact && block == 16 && conv1x1_fits(node) && conv1x1_available() &&
@@ -363,9 +384,11 @@ struct ConvKernel::Impl {
     return full_impl_name;
   }
 
-  // Whether row bands (full width; heights 1..16, half and all but one) of the whole-input
-  // result come out bit-identical with the implementation in full_impl_name.
-  bool bands_exact(int64_t ho, int threads) {
+  // Whether row bands (full width) of the whole-input result come out bit-identical with the
+  // implementation in full_impl_name: with grid 1, rows 1.. of heights 1..16, half and all but
+  // one; with a Winograd grid g, bands starting at rows 0, g and 2g of heights g..8g, half and
+  // the rest of the map (rounded to the grid, as the region algebra computes them).
+  bool bands_exact(int64_t ho, int threads, int grid = 1) {
     const Window& w = node.window;
     Tensor x = Tensor::empty(in_full, DType::kF32);
     float* xp = x.data<float>();
@@ -380,16 +403,25 @@ struct ConvKernel::Impl {
       rp[i] = static_cast<float>((i * 40503u) % 1999) / 997.0f - 1.0f;
     std::memcpy(y.raw_data(), rp, static_cast<size_t>(res.nbytes()));
     execute(get(x, edge_pads(w, in_full, all), y, threads), xp, y.raw_data());
-    std::vector<int64_t> heights;
-    for (int64_t h = 1; h <= std::min<int64_t>(16, ho - 1); ++h) heights.push_back(h);
-    heights.push_back(std::max<int64_t>(1, ho / 2));
-    heights.push_back(ho - 1);
-    for (int64_t h : heights) {
-      const Region out{1, 1 + h, all.w0, all.w1};
+    std::vector<std::pair<int64_t, int64_t>> bands;  // [h0, h1)
+    if (grid <= 1) {
+      for (int64_t h = 1; h <= std::min<int64_t>(16, ho - 1); ++h) bands.emplace_back(1, 1 + h);
+      bands.emplace_back(1, 1 + std::max<int64_t>(1, ho / 2));
+      bands.emplace_back(1, ho);
+    } else {
+      for (int64_t h0 = 0; h0 <= 2 * grid && h0 < ho; h0 += grid) {
+        for (int64_t k = 1; k <= 8; ++k) bands.emplace_back(h0, std::min(ho, h0 + k * grid));
+        bands.emplace_back(h0, std::min(ho, (h0 + ho / 2 + grid - 1) / grid * grid));
+        bands.emplace_back(h0, ho);
+      }
+    }
+    for (const auto& [h0, h1] : bands) {
+      const Region out{h0, h1, all.w0, all.w1};
       const int64_t lo = std::max<int64_t>(0, out.h0 * w.sh - w.pt);
-      const int64_t hi = std::min<int64_t>(in_full[2], (out.h1 - 1) * w.sh - w.pt + 1);
+      const int64_t hi = std::min<int64_t>(
+          in_full[2], (out.h1 - 1) * w.sh - w.pt + static_cast<int64_t>(w.kh - 1) * w.dh + 1);
       const Tensor xt = x.slice(2, lo, hi).contiguous();
-      Tensor yt = Tensor::empty({in_full[0], node.weight.size(0), h, all.w1}, DType::kF32);
+      Tensor yt = Tensor::empty({in_full[0], node.weight.size(0), h1 - h0, all.w1}, DType::kF32);
       const Tensor r = res.slice(2, out.h0, out.h1).contiguous();
       std::memcpy(yt.raw_data(), r.raw_data(), static_cast<size_t>(r.nbytes()));
       execute(get(xt, edge_pads(w, in_full, out), yt, threads), const_cast<void*>(xt.raw_data()),
