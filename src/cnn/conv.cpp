@@ -626,6 +626,7 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, 
     const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
     const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
     flops_ = 2 * in_full[0] * node.weight.size(0) * node.weight.size(1) * w.kh * w.kw * ho * wo;
+    bytes_ = 4 * (in_full.numel() + in_full[0] * node.weight.size(0) * ho * wo);
   }
   // Depthwise: oneDNN's jit depthwise kernel on blocked activations (activation fused); the
   // engine's direct NCHW kernel without oneDNN or with TANDEM_CNN_DEPTHWISE=direct.
@@ -675,7 +676,9 @@ int ConvKernel::layer_threads(int threads) const {
     const char* e = std::getenv("TANDEM_CNN_SERIAL_FLOPS");
     return e ? std::atof(e) : kSerialFlops;
   }();
-  return threads > 1 && static_cast<double>(flops_) < serial ? 1 : std::max(threads, 1);
+  return threads > 1 && static_cast<double>(flops_) < serial && bytes_ < kSerialBytes
+             ? 1
+             : std::max(threads, 1);
 }
 
 int ConvKernel::output_grid(int threads) {

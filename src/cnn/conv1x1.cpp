@@ -80,6 +80,11 @@ __attribute__((target("avx512f,fma"))) void micro(const Args& a) {
   const float* w = a.w;
   for (int64_t cb = 0; cb < a.cb; ++cb) {
     const int64_t xo = cb * a.x_cb_stride;
+    // The tile's input lines two channel blocks ahead: each block of a pixel is a line in another
+    // page (a map's size apart), too many streams for the hardware prefetcher on wide layers.
+    if (cb + 2 < a.cb)
+      for (int p = 0; p < P; ++p)
+        _mm_prefetch(reinterpret_cast<const char*>(a.x[p] + xo + 2 * a.x_cb_stride), _MM_HINT_T0);
     for (int i = 0; i < kB; ++i) {
       __m512 wv[OB];
       for (int o = 0; o < OB; ++o) wv[o] = _mm512_loadu_ps(w + o * kB);
@@ -193,12 +198,14 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
   const int last_lanes = static_cast<int>(p.o - (p.ob - 1) * kB);
   const __mmask16 last_mask = static_cast<__mmask16>((1u << last_lanes) - 1u);
   // Weights bigger than the input: output-channel groups outer (a group's weights stay in cache
-  // while the pixels stream); else pixel chunks outer.
+  // while the pixels stream), and a thread takes a whole group at a time (each core then reads
+  // only its own groups' weights); else pixel chunks outer.
   const bool groups_outer = p.w.size() > static_cast<size_t>(x_img);
   const int64_t items = g.n * chunks * groups;
   // Dynamic: on a shared machine a pre-empted thread's items go to the others (a static split
   // waits for it). Every output is computed by exactly one item, so the split never changes bits.
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(dynamic)
+#pragma omp parallel for num_threads(std::max(threads, 1)) \
+    schedule(dynamic, groups_outer ? chunks : 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t img = it / (chunks * groups);
     const int64_t r = it % (chunks * groups);

@@ -64,11 +64,15 @@ class ConvKernel {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int64_t flops_ = 0;  // of the whole layer
+  int64_t bytes_ = 0;  // its input and output activations
 };
 
-// Convolutions below this many FLOPs run on one thread (ConvKernel::layer_threads);
-// TANDEM_CNN_SERIAL_FLOPS overrides it.
+// Convolutions below this many FLOPs and kSerialBytes of activations (input + output) run on one
+// thread (ConvKernel::layer_threads); TANDEM_CNN_SERIAL_FLOPS overrides the FLOPs. The bytes
+// keep the memory-bound ones parallel: MobileNetV2's depthwise convs on 112x112 and 56x56 maps
+// (2-8 MFLOP, 1.6-4.8 MB) took 1.4-2.2x ONNX Runtime's 2-thread time on one thread.
 constexpr double kSerialFlops = 20e6;
+constexpr int64_t kSerialBytes = 1 << 20;
 
 // Winograd only where the output map has at least this many pixels (TANDEM_CNN_WINOGRAD_MIN_PIXELS
 // overrides): on small maps with many channels the transformed weights (4x the direct ones for
