@@ -13,11 +13,15 @@ process CPU time per run on both sides (all threads; it leaves out the time spen
 on a loaded machine, so at 1 thread its ratio compares the kernels' work) and the load average
 before and after.
 
+With --spin both sides spin-wait between parallel regions instead (tandem: libgomp's default
+wait policy, OMP_WAIT_POLICY unset; ORT: allow_spinning=1, its default): the setting for a
+machine the run has to itself.
+
 Each --variant NAME=ENV runs tandem with extra environment variables (e.g.
-`winograd=TANDEM_CNN_WINOGRAD=1`); the default variant is tandem as built.
+`direct=TANDEM_CNN_WINOGRAD=0`); the default variant is tandem as built.
 
 Usage: bench_interleaved.py --tandem build/bin/tandem --models-dir build/cnn_models
-           [-m resnet50,mobilenet_v2] [-t 1,2] [--rounds 5] [-r 5] [--variant NAME=K=V,...]
+           [-m resnet50,mobilenet_v2] [-t 1,2] [--rounds 5] [-r 5] [--spin] [--variant NAME=K=V,...]
 Needs: pip install onnxruntime numpy (for bench_ort.py)
 """
 import argparse
@@ -45,11 +49,16 @@ def main():
     ap.add_argument("-t", "--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
+    ap.add_argument("--spin", action="store_true",
+                    help="let both sides spin-wait between parallel regions (tandem: libgomp's "
+                         "default wait policy; ORT: allow_spinning=1); default: neither spins")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=VAR=VALUE[,VAR=VALUE]: tandem with these environment variables")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     base_env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    if a.spin:
+        base_env.pop("OMP_WAIT_POLICY")
     variants = [("default", {})]
     for v in a.variant:
         name, _, rest = v.partition("=")
@@ -74,8 +83,8 @@ def main():
                     if side == "ort":
                         j = run_json([sys.executable, os.path.join(here, "bench_ort.py"),
                                       "--model", path, "--threads", str(t), "-r",
-                                      str(a.repetitions), "--warmup", "1", "--no-spin"],
-                                     base_env)
+                                      str(a.repetitions), "--warmup", "1"]
+                                     + ([] if a.spin else ["--no-spin"]), base_env)
                         if "error" in j:
                             sys.exit(j["error"])
                         ort_version = j["onnxruntime"]
@@ -94,6 +103,7 @@ def main():
                     print(f"round {rnd + 1}/{a.rounds} {model} t={t} {side}: "
                           f"p50 {statistics.median(got):.1f} ms", file=sys.stderr)
     out = {"onnxruntime": ort_version, "rounds": a.rounds, "repetitions": a.repetitions,
+           "spin_waiting": a.spin,
            "load_average_before": load_before, "load_average_after": os.getloadavg(),
            "variants": {name: env for name, env in variants}, "results": []}
     for model in models:

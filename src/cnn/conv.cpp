@@ -4,6 +4,7 @@
 // 1x1 convs that oneDNN's jit_1x1 cannot run band-exactly go to the engine's own AVX-512 kernel
 // (conv1x1.h). Fallback without oneDNN: the core ops::conv2d, then the activation.
 #include <omp.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <array>
@@ -671,10 +672,19 @@ std::string ConvKernel::impl_name() const {
 
 bool ConvKernel::blocked_capable() const { return impl_->onednn && !impl_->direct_dw; }
 
+// Whether idle OpenMP threads sleep instead of spinning: OMP_WAIT_POLICY=passive (libgomp reads
+// it when it loads; GOMP_SPINCOUNT=0 has the same effect).
+bool omp_threads_sleep() {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  const char* c = std::getenv("GOMP_SPINCOUNT");
+  return (p && strcasecmp(p, "passive") == 0) || (c && std::string(c) == "0");
+}
+
 int ConvKernel::layer_threads(int threads) const {
   static const double serial = [] {
     const char* e = std::getenv("TANDEM_CNN_SERIAL_FLOPS");
-    return e ? std::atof(e) : kSerialFlops;
+    if (e) return std::atof(e);
+    return omp_threads_sleep() ? kSerialFlops : 0.0;
   }();
   return threads > 1 && static_cast<double>(flops_) < serial && bytes_ < kSerialBytes
              ? 1

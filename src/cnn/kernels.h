@@ -67,12 +67,16 @@ class ConvKernel {
   int64_t bytes_ = 0;  // its input and output activations
 };
 
-// Convolutions below this many FLOPs and kSerialBytes of activations (input + output) run on one
-// thread (ConvKernel::layer_threads); TANDEM_CNN_SERIAL_FLOPS overrides the FLOPs. The bytes
-// keep the memory-bound ones parallel: MobileNetV2's depthwise convs on 112x112 and 56x56 maps
-// (2-8 MFLOP, 1.6-4.8 MB) took 1.4-2.2x ONNX Runtime's 2-thread time on one thread.
+// When idle OpenMP threads sleep (OMP_WAIT_POLICY=passive, the setting for shared machines),
+// convolutions below this many FLOPs and kSerialBytes of activations (input + output) run on one
+// thread (ConvKernel::layer_threads): waking the sleeping thread costs more than it saves on them.
+// The bytes keep the memory-bound ones parallel (MobileNetV2's depthwise convs on 112x112 and
+// 56x56 maps, 2-8 MFLOP and 1.6-4.8 MB, took 1.4-2.2x ONNX Runtime's 2-thread time on one
+// thread). With spinning threads every conv runs on all threads (MobileNetV2, 2 threads: 1.09x
+// ONNX Runtime instead of 0.84x). TANDEM_CNN_SERIAL_FLOPS overrides the FLOPs in both cases.
 constexpr double kSerialFlops = 20e6;
 constexpr int64_t kSerialBytes = 1 << 20;
+bool omp_threads_sleep();
 
 // Winograd only where the output map has at least this many pixels (TANDEM_CNN_WINOGRAD_MIN_PIXELS
 // overrides): on small maps with many channels the transformed weights (4x the direct ones for
