@@ -11,7 +11,8 @@
 // How: y[p][o] = act(sum_c x[p][c] * w[c][o] + bias[o] + residual[p][o]) over nChw16c
 // activations, with the weights packed once in groups of 4 output blocks as [C16][4][16] (C16: C
 // rounded up to 16, zeros past C and O); stride s reads input pixel (oh*s + row_off, ow*s +
-// col_off) of the given (possibly cropped) input block. Activations: none, ReLU, LeakyReLU, Clip.
+// col_off) of the given (possibly cropped) input block. Activations: none, ReLU, LeakyReLU, Clip,
+// Sigmoid and SiLU (with a vector e^x of its own, < 2 ulp).
 //
 //   Conv1x1Weights w = pack_conv1x1(node);
 //   conv1x1_blocked(w, node, {.n = 1, .xh = 14, .xw = 14, .yh = 7, .yw = 7, .sh = 2, .sw = 2},
@@ -59,7 +60,7 @@ struct Conv1x1Geometry {
 };
 
 bool conv1x1_available();          // AVX-512F and FMA on this CPU
-bool conv1x1_fits(const Node& n);  // 1x1, one group, no padding, a supported activation
+bool conv1x1_fits(const Node& n);  // 1x1, one group, no padding
 Conv1x1Weights pack_conv1x1(const Node& n);
 
 // x: [n][cb][xh][xw][16]; y: [n][ob][yh][yw][16], holding the residual first when `residual`.

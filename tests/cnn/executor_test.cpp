@@ -355,7 +355,9 @@ TEST(CnnOps, OwnOneByOneConvMatchesReference) {
   for (const Case k :
        {Case{40, 24, 9, 7, 1, ActKind::kRelu, false},
         Case{16, 50, 8, 8, 2, ActKind::kLeakyRelu, false},
-        Case{33, 17, 6, 5, 1, ActKind::kClip, true}, Case{64, 96, 7, 9, 2, ActKind::kNone, true}}) {
+        Case{33, 17, 6, 5, 1, ActKind::kClip, true}, Case{64, 96, 7, 9, 2, ActKind::kNone, true},
+        Case{48, 40, 7, 6, 1, ActKind::kSilu, false},
+        Case{20, 33, 5, 8, 2, ActKind::kSigmoid, true}}) {
     Node n;
     n.op = OpKind::kConv;
     n.name = "own";
@@ -392,6 +394,8 @@ TEST(CnnOps, OwnOneByOneConvMatchesReference) {
       if (k.act == ActKind::kRelu) v = std::max(v, 0.0f);
       if (k.act == ActKind::kLeakyRelu) v = v > 0 ? v : 0.1f * v;
       if (k.act == ActKind::kClip) v = std::min(std::max(v, -0.5f), 0.5f);
+      if (k.act == ActKind::kSilu) v = v / (1.0f + std::exp(-v));
+      if (k.act == ActKind::kSigmoid) v = 1.0f / (1.0f + std::exp(-v));
       rp[i] = v;
     }
     const std::vector<Tensor> inputs =
