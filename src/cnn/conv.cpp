@@ -19,6 +19,7 @@
 
 #include "cnn/conv1x1.h"
 #include "cnn/kernels.h"
+#include "cnn/vector_exp.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
 #include "tandem/ops/ops.h"
@@ -73,6 +74,7 @@ struct Prim {
   dnnl::memory src_buf, dst_buf, scratch, src_scratch, dst_scratch, dst_in_scratch;
   dnnl::memory weights;      // packed into pd.weights_desc() (shared between primitives)
   bool dst_blocked = false;  // whole-input primitive: dst_user is the blocked layout
+  bool post_silu = false;    // a Winograd conv of a SiLU node: SiLU runs after it (vector_exp.h)
   // Bound on the first execution and reused (only the data handles change per call): the stream,
   // the user memories and the convolution's arguments.
   bool bound = false;
@@ -218,7 +220,8 @@ struct ConvKernel::Impl {
           po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f);
           break;
         case ActKind::kSilu:
-          po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+          // oneDNN's Winograd kernels take no swish post-op: execute() applies SiLU after them.
+          if (!wino) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
           break;
         case ActKind::kNone:
           break;
@@ -459,6 +462,8 @@ struct ConvKernel::Impl {
   void finish(Prim& pr) {
     Prim* e = &pr;
     e->prim = dnnl::convolution_forward(e->pd);
+    e->post_silu = node.act.kind == ActKind::kSilu &&
+                   std::string(e->pd.impl_info_str()).find("wino") != std::string::npos;
     e->scratch = make_scratch(e->pd.scratchpad_desc());
     dnnl::primitive_attr rattr;
     rattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -595,6 +600,9 @@ struct ConvKernel::Impl {
     e.prim.execute(st, e.conv_args);
     if (e.dst_reorder) reorder(e.dst_reorder, e.dst_buf, dst, e.dst_scratch);
     st.wait();
+    if (e.post_silu)  // blocked padding lanes stay zero: SiLU(0) = 0
+      silu_inplace(static_cast<float*>(y), static_cast<int64_t>(e.dst_user.get_size() / 4),
+                   omp_get_max_threads());
   }
 };
 

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "cnn/blocked.h"
+#include "cnn/vector_exp.h"
 #include "tandem/core/error.h"
 
 // GCC 12 warns about the undefined first operand inside the masked min/max intrinsics.
@@ -57,27 +58,6 @@ struct Args {
   bool has_last;        // the tile holds the layer's last output block
 };
 
-// e^x for x in [-87.3, 88.7] (clamped there): x = n ln2 + r with |r| <= ln2/2 (ln2 split in two
-// for an exact product), e^r by its degree-6 Taylor polynomial (error < 2 ulp), times 2^n through
-// the exponent bits.
-__attribute__((target("avx512f,fma"))) inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
 __attribute__((target("avx512f,fma"))) inline __m512 activate(__m512 v, const Activation& a) {
   switch (a.kind) {
     case ActKind::kSigmoid:
@@ -85,8 +65,7 @@ __attribute__((target("avx512f,fma"))) inline __m512 activate(__m512 v, const Ac
           _mm512_set1_ps(1.0f),
           _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
     case ActKind::kSilu:
-      return _mm512_div_ps(
-          v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+      return silu16(v);
     case ActKind::kRelu:
       return _mm512_max_ps(v, _mm512_setzero_ps());
     case ActKind::kLeakyRelu: {

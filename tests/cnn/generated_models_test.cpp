@@ -26,7 +26,8 @@ TEST_P(GeneratedModel, MatchesOnnxRuntimeAndRegions) {
   EXPECT_EQ(testing::check_random_regions(g, ref.input, 2, 11, 2), 2);
 }
 
-// Every conv the executor runs with Winograd (Window::out_grid > 1 on its graph): grid-aligned
+// Every conv the executor runs with Winograd (Window::out_grid > 1 on its graph; YOLOv5s's with
+// SiLU applied after the conv): grid-aligned
 // row bands at every 8th row, 4 and 12 rows high, computed by run_region from their required
 // input, equal the whole-image run bit for bit (the probe in conv.cpp drops Winograd where they
 // would not, e.g. VGG-16's 256/512-channel convs).
@@ -74,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Cnn, GeneratedModel,
                                            "yolov2_tiny"));
 
 INSTANTIATE_TEST_SUITE_P(Cnn, WinogradModel,
-                         ::testing::Values("resnet50", "vgg16", "inception_v3"));
+                         ::testing::Values("resnet50", "vgg16", "inception_v3", "yolov5s"));
 
 }  // namespace
 }  // namespace tandem::cnn

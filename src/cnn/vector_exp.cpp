@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// SiLU in place (vector_exp.h).
+#include "cnn/vector_exp.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::cnn::kernels {
+
+namespace {
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,fma"))) void silu_avx512(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, silu16(_mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+#endif
+
+}  // namespace
+
+void silu_inplace(float* y, int64_t n, int threads) {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#else
+  constexpr bool avx512 = false;
+#endif
+  constexpr int64_t kChunk = 16 * 1024;  // floats per work item
+  const int64_t items = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for num_threads( \
+    std::max(1, std::min <int>(threads, static_cast <int>(items)))) schedule(static)
+  for (int64_t it = 0; it < items; ++it) {
+    float* p = y + it * kChunk;
+    const int64_t m = std::min(kChunk, n - it * kChunk);
+#if defined(__x86_64__)
+    if (avx512) {
+      silu_avx512(p, m);
+      continue;
+    }
+#endif
+    for (int64_t i = 0; i < m; ++i) p[i] = p[i] / (1.0f + std::exp(-p[i]));
+  }
+}
+
+}  // namespace tandem::cnn::kernels
