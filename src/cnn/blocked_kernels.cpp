@@ -68,10 +68,21 @@ void to_plain(const float* x, const BDims& d, float* y, int threads) {
 }
 
 #if defined(__x86_64__)
-// Max and average pool on 16-lane blocks with AVX-512: per lane the same operations in the same
-// order as the scalar loop below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
+// Max and average pool on 16-lane blocks with AVX-512, each window walked over its real taps only
+// (ranges per row and column): per lane the same operations in the same order as the scalar loop
+// below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
 // included; the average adds the taps in order from 0 and divides by the same count), so the
 // results are the same bits.
+// The taps kk in [0, k) of one window axis with lo <= base + kk*d < hi: [*k0, *k1) (a window
+// position is monotonic in the tap, so they are contiguous).
+static void tap_range(int64_t base, int d, int k, int64_t lo, int64_t hi, int* k0, int* k1) {
+  int a = 0, b = k;
+  while (a < k && base + static_cast<int64_t>(a) * d < lo) ++a;
+  while (b > a && base + static_cast<int64_t>(b - 1) * d >= hi) --b;
+  *k0 = a;
+  *k1 = b;
+}
+
 static __attribute__((target("avx512f"))) void pool_b16(const Window& w, bool is_max,
                                                         const float* x, const BDims& xd, float* y,
                                                         const BDims& yd, int threads) {
@@ -81,33 +92,34 @@ static __attribute__((target("avx512f"))) void pool_b16(const Window& w, bool is
     const int64_t oy = p % yd.h, plane = p / yd.h;
     const float* xp = x + plane * H * W * 16;
     float* yr = y + (plane * yd.h + oy) * yd.w * 16;
+    // Real rows, and rows inside the declared padding (count_include_pad's divisor).
+    const int64_t by = oy * w.sh - w.pt;
+    int ky0, ky1, py0, py1;
+    tap_range(by, w.dh, w.kh, 0, H, &ky0, &ky1);
+    tap_range(by, w.dh, w.kh, -w.pt, H + w.pb, &py0, &py1);
     for (int64_t ox = 0; ox < yd.w; ++ox) {
+      const int64_t bx = ox * w.sw - w.pl;
+      int kx0, kx1;
+      tap_range(bx, w.dw, w.kw, 0, W, &kx0, &kx1);
       __m512 acc =
           is_max ? _mm512_set1_ps(-std::numeric_limits<float>::infinity()) : _mm512_setzero_ps();
-      int32_t cnt = 0;
-      for (int ky = 0; ky < w.kh; ++ky) {
-        const int64_t iy = oy * w.sh - w.pt + static_cast<int64_t>(ky) * w.dh;
-        if (iy < 0 || iy >= H) {
-          if (!is_max && w.count_include_pad && iy >= -w.pt && iy < H + w.pb)
-            for (int kx = 0; kx < w.kw; ++kx) {
-              const int64_t ix = ox * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
-              cnt += ix >= -w.pl && ix < W + w.pr;
-            }
-          continue;
-        }
-        for (int kx = 0; kx < w.kw; ++kx) {
-          const int64_t ix = ox * w.sw - w.pl + static_cast<int64_t>(kx) * w.dw;
-          const bool real = ix >= 0 && ix < W;
-          if (real) {
-            const __m512 v = _mm512_loadu_ps(xp + (iy * W + ix) * 16);
-            acc = is_max ? _mm512_max_ps(v, acc) : _mm512_add_ps(acc, v);
-          }
-          if (!is_max) cnt += w.count_include_pad ? (ix >= -w.pl && ix < W + w.pr) : real;
+      for (int ky = ky0; ky < ky1; ++ky) {
+        const float* row = xp + (by + static_cast<int64_t>(ky) * w.dh) * W * 16;
+        for (int kx = kx0; kx < kx1; ++kx) {
+          const __m512 v = _mm512_loadu_ps(row + (bx + static_cast<int64_t>(kx) * w.dw) * 16);
+          acc = is_max ? _mm512_max_ps(v, acc) : _mm512_add_ps(acc, v);
         }
       }
-      if (!is_max)
+      if (!is_max) {
+        int32_t cnt = (ky1 - ky0) * (kx1 - kx0);
+        if (w.count_include_pad) {
+          int px0, px1;
+          tap_range(bx, w.dw, w.kw, -w.pl, W + w.pr, &px0, &px1);
+          cnt = (py1 - py0) * (px1 - px0);
+        }
         acc = cnt > 0 ? _mm512_div_ps(acc, _mm512_set1_ps(static_cast<float>(cnt)))
                       : _mm512_setzero_ps();
+      }
       _mm512_storeu_ps(yr + ox * 16, acc);
     }
   }

@@ -27,10 +27,9 @@ TEST_P(GeneratedModel, MatchesOnnxRuntimeAndRegions) {
 }
 
 // Every conv the executor runs with Winograd (Window::out_grid > 1 on its graph; YOLOv5s's with
-// SiLU applied after the conv): grid-aligned
-// row bands at every 8th row, 4 and 12 rows high, computed by run_region from their required
-// input, equal the whole-image run bit for bit (the probe in conv.cpp drops Winograd where they
-// would not, e.g. VGG-16's 256/512-channel convs).
+// SiLU applied after the conv): grid-aligned row bands at every 8th row, 4 and 12 rows high,
+// computed by run_region from their required input, equal the whole-image run bit for bit (the
+// probe in conv.cpp drops Winograd where they would not, e.g. VGG-16's 256/512-channel convs).
 class WinogradModel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(WinogradModel, ConvBandsAreBitIdentical) {
