@@ -68,11 +68,6 @@ void to_plain(const float* x, const BDims& d, float* y, int threads) {
 }
 
 #if defined(__x86_64__)
-// Max and average pool on 16-lane blocks with AVX-512, each window walked over its real taps only
-// (ranges per row and column): per lane the same operations in the same order as the scalar loop
-// below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
-// included; the average adds the taps in order from 0 and divides by the same count), so the
-// results are the same bits.
 // The taps kk in [0, k) of one window axis with lo <= base + kk*d < hi: [*k0, *k1) (a window
 // position is monotonic in the tap, so they are contiguous).
 static void tap_range(int64_t base, int d, int k, int64_t lo, int64_t hi, int* k0, int* k1) {
@@ -83,6 +78,11 @@ static void tap_range(int64_t base, int d, int k, int64_t lo, int64_t hi, int* k
   *k1 = b;
 }
 
+// Max and average pool on 16-lane blocks with AVX-512, each window walked over its real taps only
+// (ranges per row and column): per lane the same operations in the same order as the scalar loop
+// below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
+// included; the average adds the taps in order from 0 and divides by the same count), so the
+// results are the same bits.
 static __attribute__((target("avx512f"))) void pool_b16(const Window& w, bool is_max,
                                                         const float* x, const BDims& xd, float* y,
                                                         const BDims& yd, int threads) {

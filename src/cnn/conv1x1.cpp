@@ -61,9 +61,7 @@ struct Args {
 __attribute__((target("avx512f,fma"))) inline __m512 activate(__m512 v, const Activation& a) {
   switch (a.kind) {
     case ActKind::kSigmoid:
-      return _mm512_div_ps(
-          _mm512_set1_ps(1.0f),
-          _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+      return sigmoid16(v);
     case ActKind::kSilu:
       return silu16(v);
     case ActKind::kRelu:

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
+// GCC 12 warns about the undefined first operand inside the AVX-512 intrinsics (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace tandem::cnn::kernels {
 
 namespace {

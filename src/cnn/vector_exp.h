@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// A vector e^x and SiLU for the CNN kernels (internal; AVX-512). Every path that applies SiLU
-// after a convolution (the own 1x1 kernel, the activation pass after a Winograd conv) uses these,
-// so a tile and the whole map get the same bits.
+// A vector e^x, sigmoid and SiLU for the CNN kernels (internal; AVX-512). Every path that applies
+// SiLU after a convolution (the own 1x1 kernel, the activation pass after a Winograd conv) uses
+// these, so a tile and the whole map get the same bits.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,13 @@ __attribute__((target("avx512f,fma"))) inline __m512 exp16(__m512 x) {
   const __m512i e =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// 1 / (1 + e^-x) on 16 lanes.
+__attribute__((target("avx512f,fma"))) inline __m512 sigmoid16(__m512 v) {
+  return _mm512_div_ps(
+      _mm512_set1_ps(1.0f),
+      _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
 }
 
 // x / (1 + e^-x) on 16 lanes.
