@@ -104,7 +104,7 @@ struct ConvKernel::Impl {
 
   int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: blocked
   int block = 16;   // channels per block of the blocked layout
-  bool winograd = false;
+  bool winograd = false;  // Winograd allowed (ConvKernel's rule); cleared when its probe fails
   bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
   // The engine's own AVX-512 1x1 kernel (conv1x1.h) instead of oneDNN: set by full_impl when
   // jit_1x1 is not exact on row bands and the conv fits it.
@@ -128,7 +128,8 @@ struct ConvKernel::Impl {
   // blocks the input-channel sum by the output height (small maps with many channels), so a row
   // band can round differently from the whole map; for 1x1 convs the choice is probed once per
   // geometry (process-wide) and replaced, when a band differs, by the engine's own 1x1 kernel
-  // (conv1x1.h), else oneDNN's NHWC brgemm kernel or its generic blocked jit kernel.
+  // (conv1x1.h), else oneDNN's NHWC brgemm kernel or its generic blocked jit kernel. A Winograd
+  // choice is probed on grid-aligned bands and replaced by the direct kernel when one differs.
   // TANDEM_CNN_OWN_1X1=0 never uses the own kernel, =all uses it for every 1x1 conv it fits.
   const std::string& full_impl(int threads);
 
