@@ -102,9 +102,9 @@ struct ConvKernel::Impl {
                                                         const EdgePads& p, const std::string& match,
                                                         bool allow_winograd);
 
-  int layout = -1;  // 1: plain NCHW activations (oneDNN's gemm convolution); 0: blocked
-  int block = 16;   // channels per block of the blocked layout
-  bool winograd = false;  // Winograd allowed (ConvKernel's rule); cleared when its probe fails
+  int layout = -1;             // 1: plain NCHW activations (oneDNN's gemm convolution); 0: blocked
+  int block = 16;              // channels per block of the blocked layout
+  bool winograd = false;       // Winograd allowed (ConvKernel's rule); cleared when its probe fails
   bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
   // The engine's own AVX-512 1x1 kernel (conv1x1.h) instead of oneDNN: set by full_impl when
   // jit_1x1 is not exact on row bands and the conv fits it.
