@@ -87,45 +87,42 @@ int ConvKernel::layer_threads(int threads) const {
              : std::max(threads, 1);
 }
 
+namespace {
+
+// f(), with a oneDNN error turned into a DeviceError naming the conv and `where`.
+template <class F>
+decltype(auto) onednn_errors_named(const std::string& node, const std::string& where, F&& f) {
+#if defined(TANDEM_HAVE_DNNL)
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    throw DeviceError(cat("cnn conv '", node, "'", where, ": oneDNN failed: ", e.what()));
+  }
+#else
+  (void)node;
+  (void)where;
+  return f();
+#endif
+}
+
+}  // namespace
+
 int ConvKernel::output_grid(int threads) {
   if (impl_->direct_dw || !impl_->onednn) return 1;
   threads = layer_threads(threads);
-  try {
-    return impl_->output_grid(threads);
-#if defined(TANDEM_HAVE_DNNL)
-  } catch (const dnnl::error& e) {
-    throw DeviceError(cat("cnn conv '", impl_->node.name, "': oneDNN failed: ", e.what()));
-#endif
-  } catch (...) {
-    throw;
-  }
+  return onednn_errors_named(impl_->node.name, "", [&] { return impl_->output_grid(threads); });
 }
 
 int ConvKernel::full_dst_block(int src_block, int threads) {
   threads = layer_threads(threads);
-  try {
-    return impl_->full_dst_block(src_block, threads);
-#if defined(TANDEM_HAVE_DNNL)
-  } catch (const dnnl::error& e) {
-    throw DeviceError(cat("cnn conv '", impl_->node.name, "': oneDNN failed: ", e.what()));
-#endif
-  } catch (...) {
-    throw;
-  }
+  return onednn_errors_named(impl_->node.name, "",
+                             [&] { return impl_->full_dst_block(src_block, threads); });
 }
 
 void ConvKernel::run_full(const float* src, int src_block, float* dst, int threads) {
   threads = layer_threads(threads);
-  try {
-    impl_->run_full(src, src_block, dst, threads);
-#if defined(TANDEM_HAVE_DNNL)
-  } catch (const dnnl::error& e) {
-    throw DeviceError(
-        cat("cnn conv '", impl_->node.name, "' on the whole input: oneDNN failed: ", e.what()));
-#endif
-  } catch (...) {
-    throw;
-  }
+  onednn_errors_named(impl_->node.name, " on the whole input",
+                      [&] { impl_->run_full(src, src_block, dst, threads); });
 }
 
 int block_size() {
@@ -145,15 +142,9 @@ void ConvKernel::run(const View& x, const View* residual, const Region& out, Ten
   if (residual && residual->t.raw_data() != y.raw_data()) y.copy_from(residual->t);
   const EdgePads p = edge_pads(n.window, x.full, out);
   if (impl_->onednn) {
-#if defined(TANDEM_HAVE_DNNL)
-    try {
-      impl_->run(x.t, p, y, threads);
-      return;
-    } catch (const dnnl::error& e) {
-      throw DeviceError(cat("cnn conv '", n.name, "' on ", x.t.shape().to_string(),
-                            ": oneDNN failed: ", e.what()));
-    }
-#endif
+    onednn_errors_named(n.name, " on " + x.t.shape().to_string(),
+                        [&] { impl_->run(x.t, p, y, threads); });
+    return;
   }
   ops::Conv2dParams cp;
   cp.stride_h = n.window.sh;
