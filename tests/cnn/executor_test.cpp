@@ -345,6 +345,27 @@ TEST(CnnRegion, RequiredRegionIsTheHullOverConsumers) {
 // The engine's own AVX-512 1x1 kernel (forced on every 1x1 conv with TANDEM_CNN_OWN_1X1=all):
 // against the reference conv + residual + activation, channel counts off the 16-lane block,
 // strides 1 and 2, batch 2, 1 and 2 threads; row bands bit-identical to the whole-image run.
+// A graph of the 1x1 conv `n` over an input of shape `xs`, with a second input (the residual, of
+// the output's shape) when `residual`.
+Graph one_by_one_graph(Node n, const Shape& xs, bool residual) {
+  Graph g;
+  const int x = g.add_tensor("x", xs);
+  g.add_input(x);
+  n.inputs = {x};
+  if (residual) {
+    const int64_t ho = (xs[2] - 1) / n.window.sh + 1, wo = (xs[3] - 1) / n.window.sw + 1;
+    const int r = g.add_tensor("r", {xs[0], n.weight.size(0), ho, wo});
+    g.add_input(r);
+    n.inputs.push_back(r);
+  }
+  const int y = g.add_tensor("y");
+  n.outputs = {y};
+  g.add_output(y);
+  g.add_node(std::move(n));
+  g.infer_shapes();
+  return g;
+}
+
 TEST(CnnOps, OwnOneByOneConvMatchesReference) {
   struct Case {
     int c, o, h, w, stride;
@@ -367,20 +388,8 @@ TEST(CnnOps, OwnOneByOneConvMatchesReference) {
     n.act = {k.act, 0.1f, 0.0f};
     if (k.act == ActKind::kClip) n.act = {k.act, -0.5f, 0.5f};
     const int64_t ho = (k.h - 1) / k.stride + 1, wo = (k.w - 1) / k.stride + 1;
-    Graph g;
-    const int x = g.add_tensor("x", {2, k.c, k.h, k.w});
-    g.add_input(x);
-    n.inputs = {x};
-    if (k.residual) {
-      const int r = g.add_tensor("r", {2, k.o, ho, wo});
-      g.add_input(r);
-      n.inputs.push_back(r);
-    }
-    const int y = g.add_tensor("y");
-    n.outputs = {y};
-    g.add_output(y);
-    g.add_node(n);
-    g.infer_shapes();
+    const Graph g = one_by_one_graph(n, {2, k.c, k.h, k.w}, k.residual);
+    const int x = g.inputs()[0], y = g.outputs()[0];
     const Tensor xin = random_tensor({2, k.c, k.h, k.w}, 23);
     const Tensor rin = random_tensor({2, k.o, ho, wo}, 24);
     Tensor ref = Tensor::empty({2, k.o, ho, wo}, DType::kF32);
@@ -440,21 +449,9 @@ TEST(CnnRegion, WideOneByOneConvBandsAreBitIdentical) {
     n.weight = random_tensor({k.o, k.c, 1, 1}, 11, 0.05f);
     n.bias = random_tensor({k.o}, 12);
     n.act = {ActKind::kRelu, 0.0f, 0.0f};
-    Graph g;
-    const int x = g.add_tensor("x", {1, k.c, k.hw, k.hw});
-    g.add_input(x);
-    n.inputs = {x};
     const int64_t ho = (k.hw - 1) / k.stride + 1;
-    if (k.residual) {
-      const int r = g.add_tensor("r", {1, k.o, ho, ho});
-      g.add_input(r);
-      n.inputs.push_back(r);
-    }
-    const int y = g.add_tensor("y");
-    n.outputs = {y};
-    g.add_output(y);
-    g.add_node(n);
-    g.infer_shapes();
+    const Graph g = one_by_one_graph(n, {1, k.c, k.hw, k.hw}, k.residual);
+    const int x = g.inputs()[0], y = g.outputs()[0];
     const Tensor xin = random_tensor({1, k.c, k.hw, k.hw}, 13);
     const Tensor rin = random_tensor({1, k.o, ho, ho}, 14);
     for (int threads : {1, 2}) {
