@@ -18,13 +18,11 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, 
     : impl_(std::make_unique<Impl>()) {
   impl_->node = node;
   impl_->in_full = in_full;
-  {
-    const Window& w = node.window;
-    const int64_t ho = window_output_size(in_full[2], w.kh, w.sh, w.dh, w.pt, w.pb, false);
-    const int64_t wo = window_output_size(in_full[3], w.kw, w.sw, w.dw, w.pl, w.pr, false);
-    flops_ = 2 * in_full[0] * node.weight.size(0) * node.weight.size(1) * w.kh * w.kw * ho * wo;
-    bytes_ = 4 * (in_full.numel() + in_full[0] * node.weight.size(0) * ho * wo);
-  }
+  const Window& win = node.window;
+  const int64_t ho = window_output_size(in_full[2], win.kh, win.sh, win.dh, win.pt, win.pb, false);
+  const int64_t wo = window_output_size(in_full[3], win.kw, win.sw, win.dw, win.pl, win.pr, false);
+  flops_ = 2 * in_full[0] * node.weight.size(0) * node.weight.size(1) * win.kh * win.kw * ho * wo;
+  bytes_ = 4 * (in_full.numel() + in_full[0] * node.weight.size(0) * ho * wo);
   // Depthwise: oneDNN's jit depthwise kernel on blocked activations (activation fused); the
   // engine's direct NCHW kernel without oneDNN or with TANDEM_CNN_DEPTHWISE=direct.
   const char* dw = std::getenv("TANDEM_CNN_DEPTHWISE");
@@ -32,16 +30,11 @@ ConvKernel::ConvKernel(const Node& node, const Shape& in_full, bool use_onednn, 
 #if defined(TANDEM_HAVE_DNNL)
   impl_->onednn = use_onednn;
   impl_->block = block_size();
-  {
-    static const int64_t min_pixels = [] {
-      const char* e = std::getenv("TANDEM_CNN_WINOGRAD_MIN_PIXELS");
-      return e ? std::atoll(e) : kWinogradMinPixels;
-    }();
-    const Window& wn = node.window;
-    const int64_t ho = window_output_size(in_full[2], wn.kh, wn.sh, wn.dh, wn.pt, wn.pb, false);
-    const int64_t wo = window_output_size(in_full[3], wn.kw, wn.sw, wn.dw, wn.pl, wn.pr, false);
-    impl_->winograd = winograd && ho * wo >= min_pixels;
-  }
+  static const int64_t min_pixels = [] {
+    const char* e = std::getenv("TANDEM_CNN_WINOGRAD_MIN_PIXELS");
+    return e ? std::atoll(e) : kWinogradMinPixels;
+  }();
+  impl_->winograd = winograd && ho * wo >= min_pixels;
   const int64_t g = node.groups;
   const Tensor& w = node.weight;
   const Dims wdims = g > 1 ? Dims{g, w.size(0) / g, w.size(1), w.size(2), w.size(3)}

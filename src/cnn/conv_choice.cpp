@@ -33,6 +33,14 @@ bool env_off(const char* name) {
   return e && std::string(e) == "0";
 }
 
+// The output tile grid of a oneDNN implementation: 4 for F(4x4, 3x3) Winograd, 2 for F(2x2, 3x3),
+// 1 for every other kernel.
+int winograd_grid(const std::string& impl) {
+  if (impl.find("wino_4x3") != std::string::npos) return 4;
+  if (impl.find("wino_2x3") != std::string::npos) return 2;
+  return 1;
+}
+
 }  // namespace
 
 const std::string& ConvKernel::Impl::full_impl(int threads) {
@@ -51,10 +59,9 @@ const std::string& ConvKernel::Impl::full_impl(int threads) {
   const Dims yd{in_full[0], node.weight.size(0), ho, wo};
   dnnl::convolution_forward::primitive_desc pd = make_pd(xd, yd, p, "");
   full_impl_name = pd.impl_info_str();
-  const int grid = full_impl_name.find("wino_4x3") != std::string::npos   ? 4
-                   : full_impl_name.find("wino_2x3") != std::string::npos ? 2
-                                                                          : 0;
-  if ((full_impl_name.find("1x1") == std::string::npos && !grid) || ho < 2) return full_impl_name;
+  const int grid = winograd_grid(full_impl_name);
+  if ((full_impl_name.find("1x1") == std::string::npos && grid == 1) || ho < 2)
+    return full_impl_name;
   static std::mutex cache_mu;
   static std::map<std::array<int64_t, 15>, std::pair<int, std::string>> cache;
   const std::array<int64_t, 15> key{xd[0], xd[1], xd[2], xd[3], yd[1], w.kh,    w.kw,  w.sh,
@@ -69,7 +76,7 @@ const std::string& ConvKernel::Impl::full_impl(int threads) {
       return full_impl_name;
     }
   }
-  if (grid) {
+  if (grid > 1) {
     // oneDNN's Winograd kernels change how they block the channel sum with the number of
     // transform tiles for some geometries (VGG-16's 256- and 512-channel convs: 10-45 of 70
     // grid-aligned row bands rounded differently from the whole map): probe grid-aligned bands
@@ -185,10 +192,7 @@ int ConvKernel::Impl::output_grid(int threads) {
   OmpThreads scope(threads);
   std::lock_guard lk(mu);
   choose_layout(threads);
-  const std::string& name = full_impl(threads);
-  if (name.find("wino_4x3") != std::string::npos) return 4;
-  if (name.find("wino_2x3") != std::string::npos) return 2;
-  return 1;
+  return winograd_grid(full_impl(threads));
 }
 
 }  // namespace tandem::cnn::kernels
