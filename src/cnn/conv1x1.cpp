@@ -176,12 +176,13 @@ Conv1x1Weights pack_conv1x1(const Node& n) {
   p.cb = (p.c + kB - 1) / kB;
   // Groups of kTileOB output blocks (the micro-kernel's width), each [c][blocks in group][16],
   // so one input channel's weight vectors of a tile are contiguous.
-  p.w.assign(static_cast<size_t>(p.ob * p.cb * kB * kB), 0.0f);
+  p.w = Tensor::zeros({p.ob * p.cb * kB * kB}, DType::kF32);
+  float* pw = p.w.data<float>();
   p.bias.assign(static_cast<size_t>(p.ob * kB), 0.0f);
   const Tensor wc = n.weight.contiguous();
   const float* w = wc.data<float>();
   for (int64_t o = 0; o < p.o; ++o)
-    for (int64_t c = 0; c < p.c; ++c) p.w[static_cast<size_t>(w_index(p, o, c))] = w[o * p.c + c];
+    for (int64_t c = 0; c < p.c; ++c) pw[w_index(p, o, c)] = w[o * p.c + c];
   if (n.bias.defined()) {
     const Tensor bc = n.bias.contiguous();
     std::memcpy(p.bias.data(), bc.data<float>(), static_cast<size_t>(p.o) * sizeof(float));
@@ -203,7 +204,7 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
   // Weights bigger than the input: output-channel groups outer (a group's weights stay in cache
   // while the pixels stream), and a thread takes a whole group at a time (each core then reads
   // only its own groups' weights); else pixel chunks outer.
-  const bool groups_outer = p.w.size() > static_cast<size_t>(x_img);
+  const bool groups_outer = p.w.numel() > x_img;
   const int64_t items = g.n * chunks * groups;
   // Dynamic: on a shared machine a pre-empted thread's items go to the others (a static split
   // waits for it). Every output is computed by exactly one item, so the split never changes bits.
@@ -217,7 +218,7 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
     const int64_t ob0 = grp * kTileOB;
     const int ob = static_cast<int>(std::min<int64_t>(kTileOB, p.ob - ob0));
     Args a;
-    a.w = p.w.data() + ob0 * p.cb * kB * kB;
+    a.w = p.w.data<float>() + ob0 * p.cb * kB * kB;
     a.x_cb_stride = x_cb_stride;
     a.cb = p.cb;
     a.bias = p.bias.data() + ob0 * kB;
