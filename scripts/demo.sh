@@ -9,9 +9,10 @@
 # Usage: scripts/demo.sh [extra args for `tandem bench`]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/phase.sh
 scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_TESTS=ON >/dev/null
-cmake --build build -j "$(nproc)" --target tandem_tools
+quiet_build build tandem_tools
 build/bin/tandem version
 echo
 build/bin/tandem devices

@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
+  ccache  # optional: the build uses it when present (rebuilds and CI re-runs take minutes, not half an hour)
   libfmt-dev libspdlog-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev

@@ -4,11 +4,12 @@
 # TANDEM_REQUIRE_GPU=1 makes such skips fail. Usage: scripts/test.sh [build dir] [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/phase.sh
 build=${1:-build}
 shift || true
-scripts/setup.sh
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build "$build" -j "$(nproc)"
+phase "setup (Debian packages)" scripts/setup.sh
+phase "configure $build" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+phase "build $build (Release, everything)" quiet_build "$build"
 # Generated-weight CNNs and their ONNX Runtime references for the cnn_models tests (skipped without them).
 # The generator and the independent runtime come from PyPI (development only, never at run time).
 if ! python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
@@ -18,8 +19,9 @@ if ! python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
     echo "test.sh: could not pip install ${pip_pkgs[*]}" >&2
 fi
 if python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
-  python3 scripts/cnn/gen_models.py --out "$build/cnn_models" --reference --skip-existing
+  phase "generated CNN models + ONNX Runtime references" \
+    python3 scripts/cnn/gen_models.py --out "$build/cnn_models" --reference --skip-existing
 else
   echo "test.sh: pip packages onnx, onnxruntime, numpy missing: the cnn_models tests will skip" >&2
 fi
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+phase "tests (ctest, all)" ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The recsys checks that need a GPU, for a run on a machine with one (cuda:0):
-#   1. embedding_bag on cuda:0 against the CPU reference (tandem_consistency_cuda_tests),
+#   1. embedding_bag on cuda:0 against the CPU reference (tandem_consistency_tests on cuda),
 #   2. the tiny zoo models on cuda:0 against the CPU, and concurrent serving over the
 #      DeviceExecutor against sequential GPU execution (tandem_recsys_cuda_tests),
 #   3. a short `tandem rec-serve --device cuda:0` with 1 and 8 clients under fcfs and stream-pool,
@@ -17,7 +17,7 @@ export TANDEM_REQUIRE_GPU=1
 status=0
 
 echo "== embedding_bag on cuda:0 vs the CPU reference"
-"$build/bin/tandem_consistency_cuda_tests" --gtest_filter='CudaEmbeddingBag.*' --gtest_brief=1 ||
+TANDEM_CONSISTENCY_DEVICE=cuda "$build/bin/tandem_consistency_tests" --gtest_filter='EmbeddingBag.*' --gtest_brief=1 ||
   status=1
 echo "== recsys models and DeviceExecutor on cuda:0"
 "$build/bin/tandem_recsys_cuda_tests" --gtest_brief=1 || status=1

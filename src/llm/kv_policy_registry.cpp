@@ -32,7 +32,10 @@ class ChainPolicy final : public KvPolicy {
       : members_(std::move(members)) {}
   std::string name() const override {
     std::string n;
-    for (const auto& m : members_) n += (n.empty() ? "" : "+") + m->name();
+    for (const auto& m : members_) {
+      if (!n.empty()) n += '+';
+      n += m->name();
+    }
     return n;
   }
   void on_prefill_done(KvCache& cache) override {

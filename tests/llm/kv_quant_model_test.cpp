@@ -89,8 +89,11 @@ TEST(KvQuantModel, TapSeesEveryLayerAndCalibrationRunsOnRecordedQueries) {
     QokvSample s;
     s.n = 64;
     s.q = q[l];
-    s.k.resize(static_cast<size_t>(64 * 2 * d));
-    s.v.resize(s.k.size());
+    // Sizes from an unsigned head_dim: GCC 12 otherwise sees a negative int64_t product reach
+    // std::fill (-Wstringop-overflow false positive in a Release build).
+    const size_t rows = 64 * 2 * static_cast<size_t>(d);
+    s.k.assign(rows, 0.0f);
+    s.v.assign(rows, 0.0f);
     for (int h = 0; h < 2; ++h) {
       std::vector<float> k, v;
       int64_t t = 0;

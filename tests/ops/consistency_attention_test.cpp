@@ -48,7 +48,7 @@ void check_attention(const AttnCase& c, uint32_t seed) {
   expect_close(out.result(what), want, tol::kAttention, what);
 }
 
-TANDEM_OPS_TEST(Attention, CausalGqaAndOffsets) {
+TEST(Attention, CausalGqaAndOffsets) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<AttnCase> cases = {
       {1, 1, 1, 1, 8, 8, true, -1, 0.0f, {0}},
@@ -64,7 +64,7 @@ TANDEM_OPS_TEST(Attention, CausalGqaAndOffsets) {
   for (const auto& c : cases) check_attention(c, seed += 5);
 }
 
-TANDEM_OPS_TEST(Attention, NonCausal) {
+TEST(Attention, NonCausal) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<AttnCase> cases = {
       {16, 70, 3, 1, 20, 20, false, -1, 0.0f, {0, 15}},

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Shared machinery of the cross-backend consistency suite. The same test sources build two
-// binaries:
-//   tandem_consistency_tests       device "cpu": the default (fast) CPU kernels vs the reference
-//   kernels tandem_consistency_cuda_tests  device "cuda:0" (TANDEM_CONSISTENCY_CUDA): every test
-//   first skips
-//                                  without a usable GPU (TANDEM_REQUIRE_GPU=1 makes that a failure)
+// Shared machinery of the cross-backend consistency suite. One binary, tandem_consistency_tests,
+// runs on the device that TANDEM_CONSISTENCY_DEVICE names: unset or "cpu", the default (fast) CPU
+// kernels vs the reference kernels; "cuda", cuda:0 (CTest names prefixed "Cuda"), where every test
+// first skips without a usable GPU (TANDEM_REQUIRE_GPU=1 makes that a failure) and suites named
+// *CpuOnly are not registered.
 // Inputs are made on the CPU, copied to the device with .to(), the op runs through the public ops::
 // functions there, and results are copied back and compared with ops::cpu_reference_kernels() run
 // on the CPU copies. Every output lives inside a larger buffer whose guard regions hold a canary
@@ -15,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -25,26 +25,27 @@
 #include "tandem/core/tensor.h"
 #include "tandem/ops/ops.h"
 
-// Test suites of the CUDA binary are prefixed "Cuda" so that CTest names stay unique.
-#if defined(TANDEM_CONSISTENCY_CUDA)
-#define TANDEM_OPS_TEST(suite, name) TEST(Cuda##suite, name)
-#define TANDEM_OPS_PROLOGUE() TANDEM_REQUIRE_CUDA_OR_SKIP()
-#else
-#define TANDEM_OPS_TEST(suite, name) TEST(suite, name)
-#define TANDEM_OPS_PROLOGUE() \
-  do {                        \
-  } while (0)
-#endif
-
 namespace tandem::testing {
 
-inline Device test_device() {
-#if defined(TANDEM_CONSISTENCY_CUDA)
-  return Device::cuda(0);
-#else
-  return Device::cpu();
-#endif
+// True when this run tests cuda:0 (TANDEM_CONSISTENCY_DEVICE=cuda).
+inline bool testing_cuda() {
+  static const bool cuda = [] {
+    const char* env = std::getenv("TANDEM_CONSISTENCY_DEVICE");
+    return env != nullptr && std::string(env) == "cuda";
+  }();
+  return cuda;
 }
+
+inline Device test_device() { return testing_cuda() ? Device::cuda(0) : Device::cpu(); }
+
+}  // namespace tandem::testing
+
+#define TANDEM_OPS_PROLOGUE()                                             \
+  do {                                                                    \
+    if (::tandem::testing::testing_cuda()) TANDEM_REQUIRE_CUDA_OR_SKIP(); \
+  } while (0)
+
+namespace tandem::testing {
 
 inline ops::OpKernels& reference() { return ops::cpu_reference_kernels(); }
 

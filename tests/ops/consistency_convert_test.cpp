@@ -54,7 +54,7 @@ Tensor special_values() {
   return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::kF32);
 }
 
-TANDEM_OPS_TEST(Convert, FloatCastsWithSpecialValues) {
+TEST(Convert, FloatCastsWithSpecialValues) {
   TANDEM_OPS_PROLOGUE();
   const Tensor x = special_values();
   for (DType t : {DType::kF16, DType::kBF16}) {
@@ -84,7 +84,7 @@ TANDEM_OPS_TEST(Convert, FloatCastsWithSpecialValues) {
   expect_close(run_convert(h, DType::kBF16, "f16->bf16"), want, tol::kExact, "f16 -> bf16");
 }
 
-TANDEM_OPS_TEST(Convert, QuantizeAndDequantize) {
+TEST(Convert, QuantizeAndDequantize) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 20;
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
@@ -122,7 +122,7 @@ TANDEM_OPS_TEST(Convert, QuantizeAndDequantize) {
   }
 }
 
-TANDEM_OPS_TEST(Convert, IntegerCasts) {
+TEST(Convert, IntegerCasts) {
   TANDEM_OPS_PROLOGUE();
   const Tensor x = special_values();
   for (DType t : {DType::kI8, DType::kU8, DType::kU4, DType::kI32, DType::kI64}) {
@@ -141,7 +141,7 @@ TANDEM_OPS_TEST(Convert, IntegerCasts) {
   }
 }
 
-TANDEM_OPS_TEST(Convert, StridedCopies) {
+TEST(Convert, StridedCopies) {
   TANDEM_OPS_PROLOGUE();
   const Tensor base = random_tensor({6, 4, 64}, 40, -50.0f, 50.0f);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kI64, DType::kU8}) {
@@ -190,7 +190,7 @@ TANDEM_OPS_TEST(Convert, StridedCopies) {
   }
 }
 
-TANDEM_OPS_TEST(Streams, EnqueuedOpsMatchSynchronousOnes) {
+TEST(Streams, EnqueuedOpsMatchSynchronousOnes) {
   TANDEM_OPS_PROLOGUE();
   const Tensor a = on_device(random_tensor({9, 48}, 60)),
                w = on_device(converted(random_tensor({40, 64}, 61), DType::kQ4_1));

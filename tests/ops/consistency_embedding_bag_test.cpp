@@ -85,7 +85,7 @@ void check_case(int64_t rows, int64_t dim, int64_t bags, DType table_t, DType id
   }
 }
 
-TANDEM_OPS_TEST(EmbeddingBag, MatchesReferenceAcrossDtypesAndModes) {
+TEST(EmbeddingBag, MatchesReferenceAcrossDtypesAndModes) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 100;
   for (DType table_t : {DType::kF32, DType::kF16, DType::kU8})
@@ -96,7 +96,7 @@ TANDEM_OPS_TEST(EmbeddingBag, MatchesReferenceAcrossDtypesAndModes) {
       }
 }
 
-TANDEM_OPS_TEST(EmbeddingBag, IndexAndOffsetDtypes) {
+TEST(EmbeddingBag, IndexAndOffsetDtypes) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 500;
   for (DType idx_t : {DType::kI32, DType::kI64})
@@ -104,13 +104,13 @@ TANDEM_OPS_TEST(EmbeddingBag, IndexAndOffsetDtypes) {
       check_case(300, 16, 64, DType::kF32, idx_t, off_t, ops::BagMode::kSum, seed++);
 }
 
-TANDEM_OPS_TEST(EmbeddingBag, ManyBagsAndNoBags) {
+TEST(EmbeddingBag, ManyBagsAndNoBags) {
   TANDEM_OPS_PROLOGUE();
   check_case(1000, 64, 700, DType::kF16, DType::kI64, DType::kI64, ops::BagMode::kMean, 900);
   check_case(10, 5, 0, DType::kF32, DType::kI64, DType::kI64, ops::BagMode::kSum, 901);
 }
 
-TANDEM_OPS_TEST(EmbeddingBag, MeanOfAnEmptyBagIsZero) {
+TEST(EmbeddingBag, MeanOfAnEmptyBagIsZero) {
   TANDEM_OPS_PROLOGUE();
   const Tensor table = make_table(4, 3, DType::kF32, 7);
   const Tensor indices = index_tensor({}, DType::kI64);
@@ -122,7 +122,7 @@ TANDEM_OPS_TEST(EmbeddingBag, MeanOfAnEmptyBagIsZero) {
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(got.data<float>()[i], 0.0f) << i;
 }
 
-TANDEM_OPS_TEST(EmbeddingBag, BadIndexDataThrowsInvalidArgument) {
+TEST(EmbeddingBag, BadIndexDataThrowsInvalidArgument) {
   TANDEM_OPS_PROLOGUE();
   const Tensor table = on_device(make_table(10, 4, DType::kU8, 3));
   Tensor out = Tensor::empty({2, 4}, DType::kF32, test_device());
@@ -148,7 +148,7 @@ TANDEM_OPS_TEST(EmbeddingBag, BadIndexDataThrowsInvalidArgument) {
 
 // On a stream of the device: the result after synchronize() equals the reference, and bad index
 // data still throw at the call (the index check waits for the stream's earlier work).
-TANDEM_OPS_TEST(EmbeddingBag, OnAStream) {
+TEST(EmbeddingBag, OnAStream) {
   TANDEM_OPS_PROLOGUE();
   std::unique_ptr<Stream> stream = create_stream(test_device());
   std::vector<int64_t> idx, off;
@@ -173,7 +173,7 @@ TANDEM_OPS_TEST(EmbeddingBag, OnAStream) {
   stream->synchronize();
 }
 
-TANDEM_OPS_TEST(EmbeddingBag, BadShapesAndDtypesThrowInvalidArgument) {
+TEST(EmbeddingBag, BadShapesAndDtypesThrowInvalidArgument) {
   TANDEM_OPS_PROLOGUE();
   const Device d = test_device();
   const Tensor idx = on_device(index_tensor({0, 1}, DType::kI64));

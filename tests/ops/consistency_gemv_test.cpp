@@ -12,7 +12,7 @@
 namespace tandem::testing {
 namespace {
 
-TANDEM_OPS_TEST(Gemm, F32SmallMRowsAndTails) {
+TEST(Gemm, F32SmallMRowsAndTails) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 600;
   for (int64_t m : {1, 2, 3, 4, 5}) {
@@ -26,7 +26,7 @@ TANDEM_OPS_TEST(Gemm, F32SmallMRowsAndTails) {
   }
 }
 
-TANDEM_OPS_TEST(Gemm, WeightGemvRowsAndScaleChunks) {
+TEST(Gemm, WeightGemvRowsAndScaleChunks) {
   TANDEM_OPS_PROLOGUE();
   // k = 2112: 66 blocks, past one chunk of converted scales (64 blocks).
   uint32_t seed = 700;
@@ -40,7 +40,7 @@ TANDEM_OPS_TEST(Gemm, WeightGemvRowsAndScaleChunks) {
   }
 }
 
-TANDEM_OPS_TEST(Gemm, WeightGemvLongRows) {
+TEST(Gemm, WeightGemvLongRows) {
   TANDEM_OPS_PROLOGUE();
   // 1058 blocks per row: past the 1024-block K slice of the M = 1 kernel (later slices add to y).
   const int64_t k = 1058 * 32;

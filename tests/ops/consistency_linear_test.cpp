@@ -8,7 +8,7 @@
 namespace tandem::testing {
 namespace {
 
-TANDEM_OPS_TEST(Gemm, F32ShapesAndTransposes) {
+TEST(Gemm, F32ShapesAndTransposes) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
       {1, 1, 1},    {1, 67, 33},    {7, 13, 19},  {33, 65, 17},
@@ -20,14 +20,14 @@ TANDEM_OPS_TEST(Gemm, F32ShapesAndTransposes) {
         check_gemm({m, n, k, ta, tb, 1.0f, 0.0f}, DType::kF32, seed += 3);
 }
 
-TANDEM_OPS_TEST(Gemm, F32AlphaBeta) {
+TEST(Gemm, F32AlphaBeta) {
   TANDEM_OPS_PROLOGUE();
   check_gemm({9, 31, 45, false, true, 0.5f, 0.25f}, DType::kF32, 100);
   check_gemm({40, 17, 70, true, false, -2.0f, 1.0f}, DType::kF32, 110);
   check_gemm({1, 64, 64, false, false, 1.0f, -1.0f}, DType::kF32, 120);
 }
 
-TANDEM_OPS_TEST(Gemm, WeightDtypes) {
+TEST(Gemm, WeightDtypes) {
   TANDEM_OPS_PROLOGUE();
   // M <= 8 takes the fused GEMV path of the CPU backend, larger M the dequantized-tile path.
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
@@ -47,7 +47,7 @@ TANDEM_OPS_TEST(Gemm, WeightDtypes) {
   }
 }
 
-TANDEM_OPS_TEST(Gemm, DecodeShapeOfSmolLM) {
+TEST(Gemm, DecodeShapeOfSmolLM) {
   TANDEM_OPS_PROLOGUE();
   // The q/k/v/o and MLP projections of a 576-wide model at decode (M = 1) and a short prefill (M =
   // 12).
@@ -57,7 +57,7 @@ TANDEM_OPS_TEST(Gemm, DecodeShapeOfSmolLM) {
   }
 }
 
-TANDEM_OPS_TEST(BatchedGemm, ShapesAndTransposes) {
+TEST(BatchedGemm, ShapesAndTransposes) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> shapes = {
       {1, 1, 1, 1}, {3, 5, 7, 9}, {4, 33, 17, 65}, {2, 64, 64, 64}, {1, 200, 100, 300}};
@@ -88,7 +88,7 @@ struct ConvCase {
   bool bias;
 };
 
-TANDEM_OPS_TEST(Conv2d, StridePadDilationGroups) {
+TEST(Conv2d, StridePadDilationGroups) {
   TANDEM_OPS_PROLOGUE();
   auto params = [](int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int g) {
     ops::Conv2dParams p;

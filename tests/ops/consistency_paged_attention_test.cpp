@@ -89,7 +89,7 @@ void check_paged(const PagedCase& c, uint32_t seed) {
   expect_close(out.result(what), want, tol::kAttention, what);
 }
 
-TANDEM_OPS_TEST(PagedAttention, RaggedHeadsAndPages) {
+TEST(PagedAttention, RaggedHeadsAndPages) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<PagedCase> cases = {
       {1, 1, 1, 1, 8, 32, DType::kF32, 1.0, 0},
@@ -106,7 +106,7 @@ TANDEM_OPS_TEST(PagedAttention, RaggedHeadsAndPages) {
 }
 
 // With every token kept, paged attention equals plain causal attention over the contiguous K/V.
-TANDEM_OPS_TEST(PagedAttention, FullCacheEqualsAttention) {
+TEST(PagedAttention, FullCacheEqualsAttention) {
   TANDEM_OPS_PROLOGUE();
   const int64_t tk = 70, tq = 6, hq = 6, hkv = 2, d = 32;
   const int cap = 16;
@@ -139,7 +139,7 @@ TANDEM_OPS_TEST(PagedAttention, FullCacheEqualsAttention) {
   expect_close(paged.result("paged"), plain.result("plain"), tol::kAttention, "paged vs plain");
 }
 
-TANDEM_OPS_TEST(PagedAttention, RejectsBadPages) {
+TEST(PagedAttention, RejectsBadPages) {
   TANDEM_OPS_PROLOGUE();
   Tensor q = on_device(random_tensor({1, 2, 8}, 1));
   Tensor out = on_device(random_tensor({1, 2, 8}, 2));

@@ -15,7 +15,7 @@ const std::vector<Shape>& row_shapes() {
   return shapes;
 }
 
-TANDEM_OPS_TEST(Softmax, Shapes) {
+TEST(Softmax, Shapes) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 10;
   for (const Shape& s : row_shapes()) {
@@ -32,7 +32,7 @@ TANDEM_OPS_TEST(Softmax, Shapes) {
   }
 }
 
-TANDEM_OPS_TEST(Softmax, InPlace) {
+TEST(Softmax, InPlace) {
   TANDEM_OPS_PROLOGUE();
   const Tensor x = random_tensor({6, 333}, 77, -5.0f, 5.0f);
   Tensor want = Tensor::empty(x.shape(), DType::kF32);
@@ -42,7 +42,7 @@ TANDEM_OPS_TEST(Softmax, InPlace) {
   expect_close(d.to(Device::cpu()), want, tol::kRow, "softmax in place");
 }
 
-TANDEM_OPS_TEST(RmsNorm, Shapes) {
+TEST(RmsNorm, Shapes) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 30;
   for (const Shape& s : row_shapes()) {
@@ -68,7 +68,7 @@ TANDEM_OPS_TEST(RmsNorm, Shapes) {
   expect_close(d.to(Device::cpu()), want, tol::kRow, "rms_norm in place");
 }
 
-TANDEM_OPS_TEST(LayerNorm, ShapesWithAndWithoutBias) {
+TEST(LayerNorm, ShapesWithAndWithoutBias) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 50;
   for (const Shape& s : row_shapes()) {
@@ -90,7 +90,7 @@ TANDEM_OPS_TEST(LayerNorm, ShapesWithAndWithoutBias) {
   }
 }
 
-TANDEM_OPS_TEST(Rope, InterleavedAndNeox) {
+TEST(Rope, InterleavedAndNeox) {
   TANDEM_OPS_PROLOGUE();
   struct Case {
     int64_t t, h, d;
@@ -125,7 +125,7 @@ TANDEM_OPS_TEST(Rope, InterleavedAndNeox) {
   }
 }
 
-TANDEM_OPS_TEST(Unary, AllOpsAndSizes) {
+TEST(Unary, AllOpsAndSizes) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<std::pair<ops::UnaryOp, const char*>> ops_list = {
       {ops::UnaryOp::kSilu, "silu"},
@@ -156,7 +156,7 @@ TANDEM_OPS_TEST(Unary, AllOpsAndSizes) {
   expect_close(d.to(Device::cpu()), want, tol::kUnary, "silu in place");
 }
 
-TANDEM_OPS_TEST(Binary, Broadcasting) {
+TEST(Binary, Broadcasting) {
   TANDEM_OPS_PROLOGUE();
   const std::vector<std::pair<Shape, Shape>> shapes = {
       {{5, 7}, {7}},         {{5, 7}, {1}},    {{5, 7}, {5, 7}},   {{2, 3, 4, 33}, {4, 33}},
@@ -183,7 +183,7 @@ TANDEM_OPS_TEST(Binary, Broadcasting) {
   expect_close(d.to(Device::cpu()), want, tol::kExact, "mul in place");
 }
 
-TANDEM_OPS_TEST(Embedding, EveryTableDtype) {
+TEST(Embedding, EveryTableDtype) {
   TANDEM_OPS_PROLOGUE();
   uint32_t seed = 130;
   for (DType t :
@@ -218,7 +218,7 @@ TANDEM_OPS_TEST(Embedding, EveryTableDtype) {
   }
 }
 
-TANDEM_OPS_TEST(Embedding, OutOfRangeIdsThrow) {
+TEST(Embedding, OutOfRangeIdsThrow) {
   TANDEM_OPS_PROLOGUE();
   const Tensor table = on_device(random_tensor({10, 32}, 160));
   Tensor out = Tensor::empty({2, 32}, DType::kF32, test_device());

@@ -91,9 +91,16 @@ inline std::map<std::string, std::string> start_workers(
     std::vector<std::unique_ptr<ChildWorker>>& workers, const std::filesystem::path& dir,
     const std::string& key_path, int n) {
   std::map<std::string, std::string> map;
+  // Names built with += (GCC 12 reports a false -Wstringop-overflow for "literal" + std::string&&
+  // at -O3).
+  auto numbered = [](const char* prefix, int i) {
+    std::string name = prefix;
+    name += std::to_string(i);
+    return name;
+  };
   for (int i = 0; i < n; ++i)
-    workers.push_back(std::make_unique<ChildWorker>(dir, "w" + std::to_string(i), key_path));
-  for (int i = 0; i < n; ++i) map["dev" + std::to_string(i)] = workers[i]->endpoint();
+    workers.push_back(std::make_unique<ChildWorker>(dir, numbered("w", i), key_path));
+  for (int i = 0; i < n; ++i) map[numbered("dev", i)] = workers[i]->endpoint();
   return map;
 }
 
