@@ -8,7 +8,7 @@ source scripts/lib/phase.sh
 build=${1:-build}
 shift || true
 phase "setup (Debian packages)" scripts/setup.sh
-phase "configure $build" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+phase "configure $build" quietly cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
 phase "build $build (Release, everything)" quiet_build "$build"
 # Generated-weight CNNs and their ONNX Runtime references for the cnn_models tests (skipped without them).
 # The generator and the independent runtime come from PyPI (development only, never at run time).

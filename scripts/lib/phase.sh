@@ -3,6 +3,7 @@
 #   phase NAME CMD...   prints "== NAME", runs CMD, then "== NAME: N s"; with TANDEM_PHASE_LOG set, also
 #                       appends "N<TAB>NAME" to that file, so .ci/run can print one table for all scripts.
 #   phase_table FILE    prints the table of FILE and the total.
+#   quiet_build DIR [TARGET...]  cmake --build with one progress line (below).
 phase() {
   local name=$1 t0 rc=0
   shift
@@ -16,6 +17,9 @@ phase() {
   fi
   return "$rc"
 }
+
+# quietly CMD...: CMD with its standard output dropped (for a phase whose stdout is noise, e.g. configure).
+quietly() { "$@" >/dev/null; }
 
 phase_table() {
   local total=0 secs name
