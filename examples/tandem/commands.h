@@ -12,6 +12,11 @@
 
 namespace tandem::cli {
 
+// For string options where an empty value would silently mean "not given" (--kv-quant '').
+inline const CLI::Validator kNonEmpty(
+    [](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
+    "NONEMPTY", "non-empty");
+
 struct DevicesOptions {
   std::string output = "md";
 };

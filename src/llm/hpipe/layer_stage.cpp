@@ -40,11 +40,18 @@ std::shared_ptr<const Model> shared_model(const std::string& path, const std::st
   return m;
 }
 
+// A layer index: checked in 64 bits before it is narrowed (2^40 must not wrap to 0).
 int int_config(const nlohmann::json& c, const char* key) {
   if (!c.contains(key) || !c[key].is_number_integer()) {
     throw InvalidArgument(cat("llm.layers: config '", key, "' missing or not an integer"));
   }
-  return c[key].get<int>();
+  const nlohmann::json& v = c[key];
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t{1} << 20
+                             : (v.get<int64_t>() < 0 || v.get<int64_t>() > int64_t{1} << 20)) {
+    throw InvalidArgument(
+        cat("llm.layers: config '", key, "' = ", v.dump(), " is not a layer index in [0, 2^20]"));
+  }
+  return v.get<int>();
 }
 
 bool bool_config(const nlohmann::json& c, const char* key) {

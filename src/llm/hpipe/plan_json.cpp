@@ -4,7 +4,9 @@
 
 #include "core/json_reader.h"
 #include "tandem/core/error.h"
+#include "tandem/llm/gguf.h"
 #include "tandem/llm/hpipe.h"
+#include "tandem/llm/model.h"
 
 namespace tandem::llm::hpipe {
 namespace {
@@ -84,6 +86,8 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
   p.prompt_len = int_field(j, "prompt_len", where, 1);
   p.micro_batches = int_field(j, "micro_batches", where, 1);
   p.batch = j.contains("batch") ? int_field(j, "batch", where, 1) : p.micro_batches;
+  if (p.batch > kMaxBatch)
+    throw parse_error(cat(where, ".batch: ", p.batch, " requests exceed the limit of ", kMaxBatch));
   if (p.batch % p.micro_batches != 0) {
     throw parse_error(
         cat(where, ": batch ", p.batch, " is not a multiple of micro_batches ", p.micro_batches));
@@ -140,6 +144,11 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
   }
   if (p.stages.front().first_layer != 0)
     throw parse_error(cat(where, ".stages[0]: must start at layer 0"));
+  if (j.contains("cuts") && j["cuts"] != nlohmann::json(p.cuts())) {
+    throw parse_error(cat(where, ".cuts: ", j["cuts"].dump(),
+                          " differ from the stages' layer ranges ",
+                          nlohmann::json(p.cuts()).dump()));
+  }
   if (j.contains("predicted")) {
     const nlohmann::json& pr = j["predicted"];
     if (!pr.is_object()) throw parse_error(cat(where, ".predicted: expected an object"));
@@ -162,6 +171,25 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
     if (pr.contains("source") && pr["source"].is_string()) p.predicted.source = pr["source"];
   }
   return p;
+}
+
+PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan, const std::string& where) {
+  PipelinePlan p = PipelinePlan::from_json(plan.to_json(), where);
+  const int n = ModelConfig::from_gguf(GgufFile(p.model_path)).n_layers;
+  const int end = p.stages.back().last_layer;
+  if (end != n) {
+    throw parse_error(cat(where, ".stages[", p.stages.size() - 1,
+                          "].stage.last_layer: the stages end at layer ", end, " but '",
+                          p.model_path, "' has ", n, " layers (each must run exactly once)"));
+  }
+  return p;
+}
+
+sched::PipelinePlan single_device_plan(const PipelinePlan& plan) {
+  PipelinePlan one = plan;
+  one.stages = {
+      StagePlan{plan.stages.front().device, 0, plan.stages.back().last_layer, true, true}};
+  return sched::PipelinePlan::from_json(one.to_json(), "single-device reference");
 }
 
 PipelinePlan PipelinePlan::load(const std::string& path) {
