@@ -119,7 +119,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->delimiter(',');
   sub->add_option("--depths", o->depths, "Needle depths in [0, 1]")
       ->delimiter(',')
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0, 1.0));
   sub->add_flag("--no-needle", o->no_needle, "Skip the needle (passkey) test");
   sub->add_option("--continuation", o->continuation, "Teacher-forced decode steps scored")
       ->check(CLI::Range(2, 4096));

@@ -230,7 +230,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   sub->add_option("-d,--duration", o->duration_s, "Measured seconds")
-      ->check(CLI::PositiveNumber & CLI::Range(0.0, 86400.0))
+      ->check(CLI::PositiveNumber & number_in(0.0, 86400.0))
       ->capture_default_str();
   sub->add_option("-p,--policy", o->policy, "Serving policy")
       ->check(CLI::IsMember({"fcfs", "stream-pool", "instances", "dynamic-batch"}))
@@ -248,13 +248,13 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--rate", o->rate_qps,
                   "Open loop: Poisson arrivals per second (0 = closed loop); arrivals that find "
                   "--max-outstanding queries unanswered are dropped and counted")
-      ->check(CLI::Range(0.0, rec::kMaxOpenLoopRateQps));
+      ->check(number_in(0.0, rec::kMaxOpenLoopRateQps));
   sub->add_option("--max-outstanding", o->max_outstanding,
                   "Open loop: most queries submitted and not yet answered")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(number_in(0.0, 3600.0))
       ->capture_default_str();
   sub->add_option("--query-size", o->query_size, "Candidate rows per query (0 = the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -262,7 +262,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::IsMember({"fixed", "normal", "lognormal", "uniform"}))
       ->capture_default_str();
   sub->add_option("--size-sd", o->size_sd, "normal: sd of the size; lognormal: sd of its log")
-      ->check(CLI::Range(0.0, 1e6))
+      ->check(number_in(0.0, 1e6))
       ->capture_default_str();
   sub->add_option("--size-quantiles", o->size_quantiles,
                   "File of equally likely query sizes (e.g. MLPerf's 100-700 quantiles)")
@@ -271,13 +271,13 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::IsMember({"uniform", "zipf", "stack"}))
       ->capture_default_str();
   sub->add_option("--zipf-s", o->zipf_s, "Zipf exponent")
-      ->check(CLI::Range(0.0, 100.0))
+      ->check(number_in(0.0, 100.0))
       ->capture_default_str();
   sub->add_option("--rows-scale", o->rows_scale,
                   "Multiply every table's rows by this, in (0, 1e3] (default: fit --table-budget)")
-      ->check(CLI::PositiveNumber & CLI::Range(0.0, 1e3));
+      ->check(CLI::PositiveNumber & number_in(0.0, 1e3));
   sub->add_option("--table-budget", o->table_budget_mib, "MiB the tables may use when scaling")
-      ->check(CLI::PositiveNumber & CLI::Range(0.0, 1e8))
+      ->check(CLI::PositiveNumber & number_in(0.0, 1e8))
       ->capture_default_str();
   sub->add_option("--table-dtype", o->table_dtype, "Table storage: f32, f16, i8")
       ->check(CLI::IsMember({"f32", "f16", "i8"}));
@@ -291,7 +291,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   sub->add_option("--max-delay-us", o->max_delay_us, "dynamic-batch: longest queue delay")
-      ->check(CLI::Range(0.0, 1e7))
+      ->check(number_in(0.0, 1e7))
       ->capture_default_str();
   sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));

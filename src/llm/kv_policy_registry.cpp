@@ -33,7 +33,10 @@ class ChainPolicy final : public KvPolicy {
       : members_(std::move(members)) {}
   std::string name() const override {
     std::string n;
-    for (const auto& m : members_) n += (n.empty() ? "" : "+") + m->name();
+    for (const auto& m : members_) {
+      if (!n.empty()) n += '+';
+      n += m->name();
+    }
     return n;
   }
   void on_prefill_done(KvCache& cache) override {
@@ -95,6 +98,15 @@ void register_kv_policy(const std::string& name, const std::string& description,
 
 namespace {
 
+std::string joined(const std::vector<std::string>& items) {
+  std::string s;
+  for (const std::string& item : items) {
+    if (!s.empty()) s += ", ";
+    s += item;
+  }
+  return s;
+}
+
 // The members of a spec ("clusterattn+qokv" -> clusterattn, qokv).
 std::vector<std::string> spec_parts(const std::string& spec) {
   std::vector<std::string> parts;
@@ -129,12 +141,9 @@ void check_kv_settings(const std::vector<std::string>& specs,
       for (const std::string& s : entry_of(part, spec).settings) known.push_back(s);
   for (const auto& [key, value] : extra) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string list;
-    for (const std::string& s : known) list += (list.empty() ? "" : ", ") + s;
-    std::string names;
-    for (const std::string& s : specs) names += (names.empty() ? "" : ", ") + s;
     throw InvalidArgument(cat(flag, " '", key, "=", value, "': '", key, "' is not a setting of ",
-                              names, " (settings: ", list.empty() ? "none" : list, ")"));
+                              joined(specs), " (settings: ", known.empty() ? "none" : joined(known),
+                              ")"));
   }
 }
 

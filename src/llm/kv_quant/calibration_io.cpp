@@ -76,7 +76,7 @@ QokvCalibration parse_qokv_calibration(const std::string& text, const std::strin
   try {
     j = parse_json(text, where);
   } catch (const ParseError& e) {
-    fail(where, cat("not acceptable JSON (", e.what(), ")"));
+    fail(where, cat("not JSON (", e.what(), ")"));
   }
   const auto& fmt = field(j, "format", where, "");
   if (!fmt.is_string() || fmt.get<std::string>() != kFormat) {
