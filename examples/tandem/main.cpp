@@ -29,7 +29,8 @@ bool unknown_subcommand(const CLI::App& app, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
     if (word.empty() || word[0] == '-') continue;
-    if (app.get_subcommand_no_throw(word) != nullptr) return false;
+    const auto named = app.get_subcommands([&](const CLI::App* s) { return s->check_name(word); });
+    if (!named.empty()) return false;
     std::fprintf(stderr, "tandem: unknown subcommand '%s' (`tandem --help` lists them)\n",
                  word.c_str());
     return true;
