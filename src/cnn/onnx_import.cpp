@@ -25,9 +25,19 @@ namespace {
 
 namespace op = ::onnx;
 
-// Opsets of the default domain whose operator semantics this importer follows (7: numpy-style
-// broadcasting in Add and Mul).
-constexpr int kMinOpset = 7, kMaxOpset = 22;
+// Opsets of the default domain this importer reads: a later one may change what an op means.
+constexpr int kMaxOpset = 22;
+// Before opset 7 some ops meant something else (Add and Mul broadcast only by attribute, Reshape
+// took its shape as an attribute, Dropout trained by default, Gemm's C broadcast by attribute):
+// below it only the ops whose opset-1 definition is the one implemented here are read (ONNX
+// Runtime, too, still runs such models; the ONNX node tests of GlobalAveragePool are opset 1).
+constexpr int kModernOpset = 7;
+bool unchanged_since_opset1(const std::string& op_type) {
+  static const std::set<std::string> ops = {
+      "Constant", "Identity",  "Conv",    "MaxPool", "AveragePool", "GlobalAveragePool",
+      "Relu",     "LeakyRelu", "Sigmoid", "Clip",    "Flatten",     "Softmax"};
+  return ops.count(op_type) != 0;
+}
 
 // Bytes a run may use: the stated cap, else the host's memory, lowered by an address-space limit.
 int64_t memory_cap(const ImportOptions& opts) {
@@ -41,11 +51,16 @@ int64_t memory_cap(const ImportOptions& opts) {
 }
 
 // Refuses a graph that cannot run within memory_cap(): every plan holds the weights and, at each
-// node, the node's inputs and outputs at once (f32 activations). Checked before anything runs,
-// so a tiny file declaring a huge batch fails here instead of in the allocator.
+// node, the node's inputs and outputs at once (f32 activations; a rank-4 one with its channels
+// padded to 16, as the executor's blocked layout stores them). Checked before anything runs, so a
+// tiny file declaring a huge batch fails here instead of in the allocator.
 void check_fits_memory(const Graph& g, const ImportOptions& opts, const std::string& source) {
   const int64_t cap = memory_cap(opts), weights = g.weight_bytes();
-  auto bytes = [&](int t) { return g.tensor(t).shape.numel() * int64_t{4}; };
+  auto bytes = [&](int t) {
+    const Shape& s = g.tensor(t).shape;
+    if (s.rank() != 4) return s.numel() * int64_t{4};
+    return s[0] * ((s[1] + 15) / 16 * 16) * s[2] * s[3] * int64_t{4};
+  };
   for (const Node& n : g.nodes()) {
     int64_t live = weights;
     for (int t : n.inputs) live += bytes(t);
@@ -77,9 +92,10 @@ class Importer {
     for (const auto& o : model.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = static_cast<int>(o.version());
     if (opset_ == 0) opset_ = 13;
-    if (opset_ < kMinOpset || opset_ > kMaxOpset)
-      throw Unsupported(cat(source_, ": opset ", opset_, " of the default domain is outside the ",
-                            kMinOpset, "..", kMaxOpset, " this importer reads"));
+    if (opset_ < 1 || opset_ > kMaxOpset)
+      throw Unsupported(cat(source_, ": opset ", opset_,
+                            " of the default domain is outside the 1..", kMaxOpset,
+                            " this importer reads"));
     const op::GraphProto& gp = model.graph();
     for (const auto& init : gp.initializer()) {
       Value v;
@@ -339,6 +355,9 @@ class Importer {
     const std::string& t = np.op_type();
     if (!np.domain().empty() && np.domain() != "ai.onnx")
       unsupported(np, cat("domain '", np.domain(), "' is not supported"));
+    if (opset_ < kModernOpset && !unchanged_since_opset1(t))
+      unsupported(np, cat("opset ", opset_, ": this op's definition before opset ", kModernOpset,
+                          " is not supported"));
     Node n;
     n.name = cur_name_;
     if (t == "Constant") {

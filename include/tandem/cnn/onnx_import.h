@@ -14,7 +14,8 @@
 // Errors: a file that is not a ModelProto, a tensor whose data does not match its dims, a dangling
 // or cyclic reference raise ParseError naming the file and the node or tensor; an op or attribute
 // value the engine does not support raises Unsupported naming the node and its op type, as does an
-// opset of the default domain outside 7..22.
+// opset of the default domain above 22, or below 7 for an op whose early definition differs (Add,
+// Mul, Gemm, Reshape, ...).
 //
 //   cnn::Graph g = cnn::import_onnx("mobilenet_v2.onnx");
 //   cnn::Executor ex(g, {.threads = 2});   // executor.h
