@@ -93,8 +93,10 @@ struct TANDEM_API PipelinePlan {
 };
 
 // A runtime plan of "llm.layers" stages (what `tandem pipeline run` reads) checked as an HPipe
-// plan (from_json) and against its model: the stages must run layers [0, n_layers) of the GGUF
-// file exactly once. ParseError naming `where` otherwise.
+// plan (from_json; absent slices are one slice of prompt_len, an absent sha256 is not checked)
+// and, when the GGUF file is readable here, against its model: the stages must run layers
+// [0, n_layers) exactly once. ParseError naming `where` otherwise. (A worker's stage refuses a
+// head that does not end at the last layer, so a coordinator without the file is covered too.)
 TANDEM_API PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan,
                                            const std::string& where);
 // The same model and slices as one stage on the first stage's device: the independent

@@ -78,6 +78,16 @@ class LayerStage : public sched::Stage {
       throw InvalidArgument(
           cat("llm.layers: layers [", first_, ", ", last_, ") outside the model's ", n, " layers"));
     }
+    // The embedding feeds layer 0 and the head reads the last layer: a pipeline whose ends are
+    // elsewhere would skip layers.
+    if (options_.embed && first_ != 0)
+      throw InvalidArgument(
+          cat("llm.layers: a stage with \"embed\" must start at layer 0, not ", first_));
+    if (options_.head && last_ != n)
+      throw InvalidArgument(
+          cat("llm.layers: a stage with \"head\" must end at the model's last "
+              "layer ",
+              n, ", not ", last_));
   }
   std::string kind() const override { return "llm.layers"; }
 

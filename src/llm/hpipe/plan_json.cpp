@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // PipelinePlan <-> JSON in the pipeline plan contract shared with the runtime (hpipe.h).
 #include <cmath>
+#include <filesystem>
 
 #include "core/json_reader.h"
 #include "tandem/core/error.h"
@@ -26,7 +27,8 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key, const std:
 int int_field(const nlohmann::json& j, const char* key, const std::string& where, int lo) {
   const nlohmann::json& v = field(j, key, where);
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > (1 << 30)) {
-    throw parse_error(cat(where, ".", key, ": expected an integer >= ", lo, ", got ", v.dump()));
+    throw parse_error(
+        cat(where, ".", key, ": expected an integer in [", lo, ", 2^30], got ", v.dump()));
   }
   return v.get<int>();
 }
@@ -134,7 +136,7 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
       throw parse_error(cat(wc, ": empty layer range [", s.first_layer, ", ", s.last_layer, ")"));
     }
     if (i > 0 && s.first_layer != p.stages.back().last_layer) {
-      throw parse_error(cat(wc, ".first_layer ", s.first_layer, " does not continue stage ", i - 1,
+      throw parse_error(cat(wc, ".first_layer: ", s.first_layer, " does not continue stage ", i - 1,
                             " (which ends at ", p.stages.back().last_layer, ")"));
     }
     if (s.embed != (i == 0) || s.head != (i + 1 == st.size())) {
@@ -174,7 +176,22 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
 }
 
 PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan, const std::string& where) {
-  PipelinePlan p = PipelinePlan::from_json(plan.to_json(), where);
+  // What the runtime lets a plan leave out: slices (one of prompt_len tokens), prompt_len (the
+  // slices' sum), a stage's sha256 (not checked).
+  nlohmann::json j = plan.to_json();
+  if (plan.prompt_len <= 0 && !plan.slices.empty()) {
+    int64_t sum = 0;
+    for (int64_t s : plan.slices) sum += s;
+    j["prompt_len"] = sum;
+  }
+  if (plan.slices.empty() && plan.prompt_len > 0) j["slices"] = {plan.prompt_len};
+  for (auto& s : j["stages"])
+    if (s["stage"].is_object() && !s["stage"].contains("sha256")) s["stage"]["sha256"] = "";
+  PipelinePlan p = PipelinePlan::from_json(j, where);
+  // The model is read here when it is here: a coordinator may not hold the workers' files (each
+  // worker's stage then checks that its head ends at the last layer).
+  std::error_code ec;
+  if (!std::filesystem::exists(p.model_path, ec)) return p;
   const int n = ModelConfig::from_gguf(GgufFile(p.model_path)).n_layers;
   const int end = p.stages.back().last_layer;
   if (end != n) {
