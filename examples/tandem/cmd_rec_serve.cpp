@@ -27,6 +27,21 @@ namespace {
 
 constexpr int kMaxPool = 1 << 16;  // distinct queries held in memory at once
 
+// A number in (0, hi]; refuses nan (CLI::PositiveNumber & number_in would print both ranges).
+CLI::Validator positive_up_to(double hi) {
+  char range[64];
+  std::snprintf(range, sizeof range, "(0, %g]", hi);
+  const std::string r = range;
+  return CLI::Validator(
+      [hi, r](std::string& s) {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v) || !(v > 0 && v <= hi))
+          return "Value " + s + " not in " + r;
+        return std::string();
+      },
+      "NUMBER in " + r);
+}
+
 struct RecServeOptions {
   std::string model = "tiny-dlrm";
   std::string policy = "fcfs";
@@ -230,7 +245,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   sub->add_option("-d,--duration", o->duration_s, "Measured seconds")
-      ->check(CLI::PositiveNumber & number_in(0.0, 86400.0))
+      ->check(positive_up_to(86400.0))
       ->capture_default_str();
   sub->add_option("-p,--policy", o->policy, "Serving policy")
       ->check(CLI::IsMember({"fcfs", "stream-pool", "instances", "dynamic-batch"}))
@@ -275,9 +290,9 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--rows-scale", o->rows_scale,
                   "Multiply every table's rows by this, in (0, 1e3] (default: fit --table-budget)")
-      ->check(CLI::PositiveNumber & number_in(0.0, 1e3));
+      ->check(positive_up_to(1e3));
   sub->add_option("--table-budget", o->table_budget_mib, "MiB the tables may use when scaling")
-      ->check(CLI::PositiveNumber & number_in(0.0, 1e8))
+      ->check(positive_up_to(1e8))
       ->capture_default_str();
   sub->add_option("--table-dtype", o->table_dtype, "Table storage: f32, f16, i8")
       ->check(CLI::IsMember({"f32", "f16", "i8"}));

@@ -172,13 +172,20 @@ StoredTensor store_table(const EmbeddingTable& t) {
 }
 
 // A file written by RecModel::save states the config it was made from: metadata that is not that
-// JSON, or that describes another model, is refused before any tensor is compared.
+// JSON, or that describes another model, is refused before any tensor is compared. What does not
+// shape the weights (the default query size, the generator's seed, the description) may differ.
 void check_stored_config(const SafetensorsFile& f, const ModelConfig& cfg,
                          const std::string& path) {
   const auto it = f.metadata.find("tandem.config");
   if (it == f.metadata.end()) return;
-  const nlohmann::json stored = parse_json(it->second, path + ": __metadata__.tandem.config");
-  const nlohmann::json want = cfg.to_json();
+  nlohmann::json stored = parse_json(it->second, path + ": __metadata__.tandem.config");
+  if (!stored.is_object())
+    throw ParseError(path, -1, "__metadata__.tandem.config is not a JSON object");
+  nlohmann::json want = cfg.to_json();
+  for (const char* key : {"query_size", "seed", "description"}) {
+    stored.erase(key);
+    want.erase(key);
+  }
   if (stored == want) return;
   std::string key = "(extra keys)";
   for (const auto& [k, v] : want.items()) {

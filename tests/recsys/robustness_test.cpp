@@ -85,6 +85,12 @@ TEST(RecRobustness, StoredConfigMustDescribeTheModel) {
     return "";
   };
   EXPECT_NE(load_error("not json").find("__metadata__.tandem.config"), std::string::npos);
+  EXPECT_NE(load_error("[1]").find("is not a JSON object"), std::string::npos);
+  // What does not shape the weights may differ (rec-serve --query-size when they were saved).
+  nlohmann::json workload = cfg.to_json();
+  workload["query_size"] = 7;
+  workload["seed"] = 99;
+  EXPECT_EQ(load_error(workload.dump()), "");
   nlohmann::json other = cfg.to_json();
   other["top_mlp"] = {7, 1};
   EXPECT_NE(load_error(other.dump())

@@ -62,7 +62,12 @@ std::vector<TokenCluster> dbac_clusters(std::span<const float> x, const DbacPara
 ClusterAttnParams load_clusterattn_params(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw NotFound("ClusterAttn calibration file '" + path + "' cannot be opened");
-  const nlohmann::json j = read_json_file(path);
+  nlohmann::json j;
+  try {
+    j = read_json_file(path);
+  } catch (const IoError& e) {
+    throw IoError(cat("ClusterAttn calibration: ", e.what()));
+  }
   if (!j.is_object()) throw ParseError(path, 0, "the top level must be a JSON object");
   ClusterAttnParams p;
   auto get_int = [&](const char* key, int& v, int lo, int hi) {
