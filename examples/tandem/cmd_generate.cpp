@@ -52,6 +52,7 @@ std::shared_ptr<llm::KvPolicy> make_policy(const GenerateOptions& o, const llm::
   // --kv-quant NAME: a quantization scheme after the eviction policy (or alone).
   std::string spec = o.kv_policy;
   if (!o.kv_quant.empty()) spec = spec == "full" ? o.kv_quant : spec + "+" + o.kv_quant;
+  llm::check_kv_settings({spec}, p.extra, "generate: --kv-extra");
   return llm::make_kv_policy(spec, p, model.make_cache().shape());
 }
 

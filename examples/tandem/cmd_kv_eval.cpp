@@ -117,7 +117,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--policies", o->policies,
                   "Policy specs ('+' chains allowed; default: full and every eviction policy)")
       ->delimiter(',');
-  sub->add_option("--depths", o->depths, "Needle depths in [0, 1]")->delimiter(',');
+  sub->add_option("--depths", o->depths, "Needle depths in [0, 1]")
+      ->delimiter(',')
+      ->check(number_in(0.0, 1.0));
   sub->add_flag("--no-needle", o->no_needle, "Skip the needle (passkey) test");
   sub->add_option("--continuation", o->continuation, "Teacher-forced decode steps scored")
       ->check(CLI::Range(2, 4096));

@@ -80,6 +80,7 @@ int run_perplexity(const PerplexityCliOptions& o) {
       }
       kopt.extra[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
+    llm::check_kv_settings({o.kv_policy}, kopt.extra, "perplexity: --kv-set");
     p.kv_policy = llm::make_kv_policy(o.kv_policy, kopt, model.make_cache().shape());
     p.kv_step = o.kv_step;
   }

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "report.h"
 #include "tandem/core/build_info.h"
+#include "tandem/llm/hpipe.h"
 #include "tandem/sched/client.h"
 #include "tandem/sched/mlp_stage.h"
 #include "tandem/sched/pipeline.h"
@@ -43,6 +44,8 @@ struct PipelineRunOptions {
   double jitter_ms = 0;
   double drop = 0;
   double heartbeat_timeout_s = 1.0;
+  double configure_timeout_s = 300.0;
+  double run_timeout_s = 600.0;
   int vocab = 256;
   uint64_t seed = 1;
   std::string json_path;
@@ -81,8 +84,21 @@ Tensor make_input(const nlohmann::json& first, int64_t tokens, const PipelineRun
                         "' (it needs \"embed\": true for token ids, or an integer \"d\")");
 }
 
+bool is_layer_plan(const sched::PipelinePlan& plan) {
+  return plan.stages.front().stage.value("kind", std::string()) == "llm.layers";
+}
+
+// What --verify compares against: for an LLM plan, the whole model on one device (independent of
+// the plan's layer split); for other stage kinds, the plan's own stages run in sequence in process.
+sched::PipelinePlan verify_reference(const sched::PipelinePlan& plan, const std::string& path) {
+  if (!is_layer_plan(plan)) return plan;
+  return llm::hpipe::single_device_plan(llm::hpipe::layer_plan_for_run(plan, path));
+}
+
 int run_pipeline(const PipelineRunOptions& o) {
   sched::PipelinePlan plan = sched::PipelinePlan::from_json_file(o.plan);
+  // An LLM plan must run every layer of its model exactly once, in order.
+  if (is_layer_plan(plan)) (void)llm::hpipe::layer_plan_for_run(plan, o.plan);
   ClusterSpec cluster;
   std::string cluster_path = o.cluster;
   if (cluster_path.empty() && !plan.cluster.empty()) {
@@ -115,6 +131,8 @@ int run_pipeline(const PipelineRunOptions& o) {
   po.faults.seed = o.seed;
   po.client.heartbeat_timeout_s = o.heartbeat_timeout_s;
   po.client.heartbeat_interval_s = std::min(0.1, o.heartbeat_timeout_s / 4);
+  po.client.configure_timeout_s = o.configure_timeout_s;
+  po.run_timeout_s = o.run_timeout_s;
   if (!o.key.empty()) po.key = sched::ClusterKey::load(o.key);
 
   std::vector<int64_t> slices = plan.slices;
@@ -156,7 +174,7 @@ int run_pipeline(const PipelineRunOptions& o) {
                    {"throughput_tokens_per_s", r.makespan_s > 0 ? tokens / r.makespan_s : 0.0}};
   j["predicted"] = plan.predicted;
   if (o.verify) {
-    auto want = sched::run_sequential(plan, make_requests());
+    auto want = sched::run_sequential(verify_reference(plan, o.plan), make_requests());
     int64_t equal = 0, total = 0;
     for (const auto& [id, ps] : want)
       for (size_t m = 0; m < ps.size(); ++m) {
@@ -190,9 +208,11 @@ int run_pipeline(const PipelineRunOptions& o) {
   std::printf("\n");
   for (const auto& e : r.events) std::printf("event: %s\n", e.c_str());
   if (o.verify)
-    std::printf("verify: %lld of %lld outputs bit-exact with a sequential run\n",
+    std::printf("verify: %lld of %lld outputs bit-exact with %s\n",
                 static_cast<long long>(j["verify"]["bit_exact"].get<int64_t>()),
-                static_cast<long long>(j["verify"]["outputs"].get<int64_t>()));
+                static_cast<long long>(j["verify"]["outputs"].get<int64_t>()),
+                is_layer_plan(plan) ? "the whole model run on one device"
+                                    : "the plan's stages run in sequence");
   if (!o.json_path.empty()) write_json(o.json_path, j);
   if (o.verify && j["verify"]["bit_exact"] != j["verify"]["outputs"]) return 1;
   return 0;
@@ -382,6 +402,13 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "Seconds of silence before a worker is declared lost")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
+  run->add_option("--configure-timeout", o->configure_timeout_s,
+                  "Seconds a worker may take to build a stage (load its model)")
+      ->check(CLI::Range(0.05, 86400.0))
+      ->capture_default_str();
+  run->add_option("--timeout", o->run_timeout_s, "Seconds the whole run may take")
+      ->check(CLI::Range(0.05, 86400.0))
+      ->capture_default_str();
   run->add_option("--vocab", o->vocab,
                   "Token ids are drawn from [0, vocab) when the first stage embeds")
       ->check(CLI::Range(1, 1 << 30));
@@ -389,7 +416,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   run->add_flag(
       "--last-only", o->last_only,
       "Packets carry meta \"last_only\": an LLM head returns logits of the last token only");
-  run->add_flag("--verify", o->verify, "Also run sequentially in process and compare bit for bit");
+  run->add_flag("--verify", o->verify,
+                "Also run in process and compare bit for bit: an LLM plan against the whole model "
+                "on one device, other plans against their stages in sequence");
   run->add_option("--json", o->json_path, "Write the report as JSON");
   auto ov = std::make_shared<OverheadOptions>();
   CLI::App* over =

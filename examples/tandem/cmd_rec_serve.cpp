@@ -25,6 +25,23 @@
 namespace tandem::cli {
 namespace {
 
+constexpr int kMaxPool = 1 << 16;  // distinct queries held in memory at once
+
+// A number in (0, hi]; refuses nan (CLI::PositiveNumber & number_in would print both ranges).
+CLI::Validator positive_up_to(double hi) {
+  char range[64];
+  std::snprintf(range, sizeof range, "(0, %g]", hi);
+  const std::string r = range;
+  return CLI::Validator(
+      [hi, r](std::string& s) {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v) || !(v > 0 && v <= hi))
+          return "Value " + s + " not in " + r;
+        return std::string();
+      },
+      "NUMBER in " + r);
+}
+
 struct RecServeOptions {
   std::string model = "tiny-dlrm";
   std::string policy = "fcfs";
@@ -44,6 +61,7 @@ struct RecServeOptions {
   int threads = 0;
   int pool = 64;
   int trace_events = 100000;
+  int64_t max_outstanding = 1024;
   double duration_s = 5;
   double warmup_s = 0.5;
   double rate_qps = 0;
@@ -117,7 +135,7 @@ int run_rec_serve(const RecServeOptions& o) {
   w.seed = o.seed;
   QueryFactory factory(cfg, w);
   std::vector<std::shared_ptr<const QueryInputs>> pool;
-  for (int i = 0; i < std::max(1, o.pool); ++i)
+  for (int i = 0; i < o.pool; ++i)
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
 
   std::unique_ptr<Executor> executor;
@@ -141,6 +159,7 @@ int run_rec_serve(const RecServeOptions& o) {
     lo.duration_s = o.duration_s;
     lo.warmup_s = o.warmup_s;
     lo.rate_qps = o.rate_qps;
+    lo.max_outstanding = o.max_outstanding;
     lo.seed = o.seed;
     s = run_load(*policy, pool, lo);
   }
@@ -162,6 +181,7 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"device", device.to_string()},
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
+                          {"max_outstanding", o.max_outstanding},
                           {"streams", o.streams},
                           {"duration_s", o.duration_s},
                           {"query_size", cfg.query_size},
@@ -197,6 +217,10 @@ int run_rec_serve(const RecServeOptions& o) {
               s.queue_ms.mean, s.queue_ms.p99, s.service_ms.mean, s.mean_batch_rows);
   std::printf("\n%lld queries in %.2f s, %lld errors", static_cast<long long>(s.completed),
               s.measured_s, static_cast<long long>(s.errors));
+  if (o.rate_qps > 0)
+    std::printf(", %lld arrivals dropped (%lld outstanding), %lld late",
+                static_cast<long long>(s.dropped), static_cast<long long>(o.max_outstanding),
+                static_cast<long long>(s.late));
   if (!caches.empty()) std::printf(", hot-row cache hit rate %.1f%%", 100 * hit);
   if (!o.trace.empty())
     std::printf(
@@ -221,7 +245,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   sub->add_option("-d,--duration", o->duration_s, "Measured seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_up_to(86400.0))
       ->capture_default_str();
   sub->add_option("-p,--policy", o->policy, "Serving policy")
       ->check(CLI::IsMember({"fcfs", "stream-pool", "instances", "dynamic-batch"}))
@@ -231,18 +255,29 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--trace", o->trace, "Write a Chrome-trace JSON of every op to this file");
   sub->add_option("--trace-events", o->trace_events, "Most ops kept in the trace")
+      ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   sub->add_option("--streams", o->streams, "Streams / instances of the policy")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  sub->add_option("--rate", o->rate_qps, "Open loop: Poisson arrivals per second (0 = closed loop)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")->capture_default_str();
-  sub->add_option("--query-size", o->query_size, "Candidate rows per query (0 = the model's)");
+  sub->add_option("--rate", o->rate_qps,
+                  "Open loop: Poisson arrivals per second (0 = closed loop); arrivals that find "
+                  "--max-outstanding queries unanswered are dropped and counted")
+      ->check(number_in(0.0, rec::kMaxOpenLoopRateQps));
+  sub->add_option("--max-outstanding", o->max_outstanding,
+                  "Open loop: most queries submitted and not yet answered")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")
+      ->check(number_in(0.0, 3600.0))
+      ->capture_default_str();
+  sub->add_option("--query-size", o->query_size, "Candidate rows per query (0 = the model's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   sub->add_option("--size-dist", o->size_dist, "Query sizes: fixed, normal, lognormal, uniform")
       ->check(CLI::IsMember({"fixed", "normal", "lognormal", "uniform"}))
       ->capture_default_str();
   sub->add_option("--size-sd", o->size_sd, "normal: sd of the size; lognormal: sd of its log")
+      ->check(number_in(0.0, 1e6))
       ->capture_default_str();
   sub->add_option("--size-quantiles", o->size_quantiles,
                   "File of equally likely query sizes (e.g. MLPerf's 100-700 quantiles)")
@@ -250,11 +285,14 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--index-dist", o->index_dist, "Embedding ids: uniform, zipf, stack")
       ->check(CLI::IsMember({"uniform", "zipf", "stack"}))
       ->capture_default_str();
-  sub->add_option("--zipf-s", o->zipf_s, "Zipf exponent")->capture_default_str();
+  sub->add_option("--zipf-s", o->zipf_s, "Zipf exponent")
+      ->check(number_in(0.0, 100.0))
+      ->capture_default_str();
   sub->add_option("--rows-scale", o->rows_scale,
-                  "Multiply every table's rows by this (default: fit --table-budget)");
+                  "Multiply every table's rows by this, in (0, 1e3] (default: fit --table-budget)")
+      ->check(positive_up_to(1e3));
   sub->add_option("--table-budget", o->table_budget_mib, "MiB the tables may use when scaling")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_up_to(1e8))
       ->capture_default_str();
   sub->add_option("--table-dtype", o->table_dtype, "Table storage: f32, f16, i8")
       ->check(CLI::IsMember({"f32", "f16", "i8"}));
@@ -265,13 +303,18 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("--save-weights", o->save_weights, "Write the weights as safetensors");
   sub->add_option("--max-batch", o->max_batch, "dynamic-batch: rows per merged launch")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   sub->add_option("--max-delay-us", o->max_delay_us, "dynamic-batch: longest queue delay")
+      ->check(number_in(0.0, 1e7))
       ->capture_default_str();
-  sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)");
+  sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
   sub->add_option("--pool", o->pool, "Distinct queries generated and reused")
+      ->check(CLI::Range(1, kMaxPool))
       ->capture_default_str();
-  sub->add_option("-t,--threads", o->threads, "CPU threads of the kernels (0 = default)");
+  sub->add_option("-t,--threads", o->threads, "CPU threads of the kernels (0 = default)")
+      ->check(CLI::Range(0, 4096));
   sub->add_option("--seed", o->seed, "Workload seed")->capture_default_str();
   return Command{sub, [o] { return run_rec_serve(*o); }};
 });

@@ -12,6 +12,24 @@
 
 namespace tandem::cli {
 
+// For string options where an empty value would silently mean "not given" (--kv-quant '').
+inline const CLI::Validator kNonEmpty(
+    [](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); },
+    "NONEMPTY", "non-empty");
+
+// A number in [lo, hi]; unlike CLI::Range it refuses nan (every comparison with nan is false).
+inline CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v) || !(v >= lo && v <= hi))
+          return "Value " + s + " not in range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                 "]";
+        return std::string();
+      },
+      "NUMBER in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
 struct DevicesOptions {
   std::string output = "md";
 };

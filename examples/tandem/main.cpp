@@ -23,6 +23,21 @@ int run_version() {
   return 0;
 }
 
+// The first word that is not a flag names the subcommand (the global flags take no values). An
+// unknown one is refused here: CLI11 would answer `tandem NAME --help` with the main help and rc 0.
+bool unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') continue;
+    const auto named = app.get_subcommands([&](const CLI::App* s) { return s->check_name(word); });
+    if (!named.empty()) return false;
+    std::fprintf(stderr, "tandem: unknown subcommand '%s' (`tandem --help` lists them)\n",
+                 word.c_str());
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<tandem::cli::AddCommand>& tandem::cli::command_registry() {
@@ -137,16 +152,21 @@ int main(int argc, char** argv) {
       ->add_option("--kv-policy", go.kv_policy,
                    "KV-cache policy: a registered name or a '+' chain such as "
                    "clusterattn+qokv (docs/kv-eviction.md lists them)")
+      ->check(tandem::cli::kNonEmpty)
       ->capture_default_str();
-  generate->add_option("--kv-budget", go.kv_budget,
-                       "KV budget: tokens per (layer, KV head), or N% of the prompt");
+  generate
+      ->add_option("--kv-budget", go.kv_budget,
+                   "KV budget: tokens per (layer, KV head), or N% of the prompt")
+      ->check(tandem::cli::kNonEmpty);
   generate->add_option("--kv-window", go.kv_window, "Observation window / recent tokens")
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
-  generate->add_option("--kv-quant", go.kv_quant,
-                       "KV quantization scheme (int8, int4, q8_0, q4_0, kivi2, kivi4, qokv) run "
-                       "after --kv-policy: --kv-policy clusterattn --kv-quant qokv is the chain "
-                       "clusterattn+qokv");
+  generate
+      ->add_option("--kv-quant", go.kv_quant,
+                   "KV quantization scheme (int8, int4, q8_0, q4_0, kivi2, kivi4, qokv) run "
+                   "after --kv-policy: --kv-policy clusterattn --kv-quant qokv is the chain "
+                   "clusterattn+qokv")
+      ->check(tandem::cli::kNonEmpty);
   generate->add_option("--kv-calibration", go.kv_calibration,
                        "KV-policy calibration file, or NAME=FILE[,NAME=FILE] per chain member");
   generate->add_option("--kv-extra", go.kv_extra, "KV-policy setting key=value (repeatable)");
@@ -160,6 +180,7 @@ int main(int argc, char** argv) {
   auto* version =
       app.add_subcommand("version", "Print version, commit, compiled backends and CPU features");
 
+  if (unknown_subcommand(app, argc, argv)) return static_cast<int>(CLI::ExitCodes::ExtrasError);
   CLI11_PARSE(app, argc, argv);
   try {
     if (quiet) {

@@ -3,6 +3,7 @@
 #include "tandem/cnn/onnx_import.h"
 
 #include <onnx/onnx_pb.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 
 #include "cnn/onnx_tensor.h"
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
 
@@ -22,6 +24,55 @@ namespace tandem::cnn {
 namespace {
 
 namespace op = ::onnx;
+
+// Opsets of the default domain this importer reads: a later one may change what an op means.
+constexpr int kMaxOpset = 22;
+// Before opset 7 some ops meant something else (Add and Mul broadcast only by attribute, Reshape
+// took its shape as an attribute, Dropout trained by default, Gemm's C broadcast by attribute):
+// below it only the ops whose opset-1 definition is the one implemented here are read (ONNX
+// Runtime, too, still runs such models; the ONNX node tests of GlobalAveragePool are opset 1).
+constexpr int kModernOpset = 7;
+bool unchanged_since_opset1(const std::string& op_type) {
+  static const std::set<std::string> ops = {
+      "Constant", "Identity",  "Conv",    "MaxPool", "AveragePool", "GlobalAveragePool",
+      "Relu",     "LeakyRelu", "Sigmoid", "Clip",    "Flatten",     "Softmax"};
+  return ops.count(op_type) != 0;
+}
+
+// Bytes a run may use: the stated cap, else the host's memory, lowered by an address-space limit.
+int64_t memory_cap(const ImportOptions& opts) {
+  if (opts.max_memory_bytes > 0) return opts.max_memory_bytes;
+  int64_t cap = BackendRegistry::global().get(Device::cpu()).device_info(0).memory_bytes;
+  if (cap <= 0) cap = INT64_MAX;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    cap = std::min<int64_t>(cap, static_cast<int64_t>(std::min<rlim_t>(lim.rlim_cur, INT64_MAX)));
+  return cap;
+}
+
+// Refuses a graph that cannot run within memory_cap(): every plan holds the weights and, at each
+// node, the node's inputs and outputs at once (f32 activations; a rank-4 one with its channels
+// padded to 16, as the executor's blocked layout stores them). Checked before anything runs, so a
+// tiny file declaring a huge batch fails here instead of in the allocator.
+void check_fits_memory(const Graph& g, const ImportOptions& opts, const std::string& source) {
+  const int64_t cap = memory_cap(opts), weights = g.weight_bytes();
+  auto bytes = [&](int t) {
+    const Shape& s = g.tensor(t).shape;
+    if (s.rank() != 4) return s.numel() * int64_t{4};
+    return s[0] * ((s[1] + 15) / 16 * 16) * s[2] * s[3] * int64_t{4};
+  };
+  for (const Node& n : g.nodes()) {
+    int64_t live = weights;
+    for (int t : n.inputs) live += bytes(t);
+    for (int t : n.outputs) live += bytes(t);
+    if (live <= cap) continue;
+    const int out = n.outputs.empty() ? n.inputs.front() : n.outputs.front();
+    throw Infeasible(cat(source, ": node '", n.name, "' needs ", live, " bytes (its output '",
+                         g.tensor(out).name, "' ", g.tensor(out).shape.to_string(), " is ",
+                         bytes(out), " bytes, weights ", weights, ") but at most ", cap,
+                         " bytes are available"));
+  }
+}
 
 // What an ONNX value name refers to while importing: a graph tensor (activation) or a constant.
 struct Value {
@@ -41,6 +92,10 @@ class Importer {
     for (const auto& o : model.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = static_cast<int>(o.version());
     if (opset_ == 0) opset_ = 13;
+    if (opset_ < 1 || opset_ > kMaxOpset)
+      throw Unsupported(cat(source_, ": opset ", opset_,
+                            " of the default domain is outside the 1..", kMaxOpset,
+                            " this importer reads"));
     const op::GraphProto& gp = model.graph();
     for (const auto& init : gp.initializer()) {
       Value v;
@@ -53,7 +108,10 @@ class Importer {
     }
     if (g_.inputs().empty()) throw ParseError(source_, -1, "the graph has no (non-constant) input");
     for (int id : topo_order(gp)) convert(gp.node(id), id);
+    std::set<std::string> output_names;
     for (const auto& out : gp.output()) {
+      if (!output_names.insert(out.name()).second)
+        throw ParseError(source_, -1, cat("graph output '", out.name(), "' is listed twice"));
       auto it = values_.find(out.name());
       if (it == values_.end() || it->second.tensor < 0)
         throw ParseError(source_, -1,
@@ -283,12 +341,23 @@ class Importer {
     return w;
   }
 
+  // A pool's padding must be smaller than its kernel (ONNX Runtime refuses it too): a window that
+  // lies wholly in the padding has no input to take.
+  void check_pool_pads(const op::NodeProto& n, const Window& w) {
+    if (w.pt >= w.kh || w.pb >= w.kh || w.pl >= w.kw || w.pr >= w.kw)
+      bad(n, cat("pads [", w.pt, ", ", w.pl, ", ", w.pb, ", ", w.pr,
+                 "] must be smaller than the kernel ", w.kh, "x", w.kw));
+  }
+
   // --- conversion -------------------------------------------------------------------------------
   void convert(const op::NodeProto& np, int index) {
     cur_name_ = node_name(np, index);
     const std::string& t = np.op_type();
     if (!np.domain().empty() && np.domain() != "ai.onnx")
       unsupported(np, cat("domain '", np.domain(), "' is not supported"));
+    if (opset_ < kModernOpset && !unchanged_since_opset1(t))
+      unsupported(np, cat("opset ", opset_, ": this op's definition before opset ", kModernOpset,
+                          " is not supported"));
     Node n;
     n.name = cur_name_;
     if (t == "Constant") {
@@ -322,6 +391,7 @@ class Importer {
       n.window = window(np, nullptr);
       n.window.ceil_mode = attr_int(np, "ceil_mode", 0) != 0;
       n.window.count_include_pad = attr_int(np, "count_include_pad", 0) != 0;
+      check_pool_pads(np, n.window);
       if (attr_int(np, "storage_order", 0) != 0) unsupported(np, "storage_order 1");
     } else if (t == "GlobalAveragePool") {
       n.op = OpKind::kGlobalAveragePool;
@@ -519,6 +589,7 @@ Graph import_model(const op::ModelProto& model, const std::string& source,
                    const std::filesystem::path& dir, const ImportOptions& opts) {
   Importer imp(source, dir, opts);
   Graph g = imp.run(model);
+  check_fits_memory(g, opts, source);
   log().debug("cnn: imported {}: {} nodes, {:.2f} GFLOP, {:.1f} MiB of weights", source,
               g.nodes().size(), g.total_flops() * 1e-9, g.weight_bytes() / 1048576.0);
   return g;

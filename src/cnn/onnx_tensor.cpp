@@ -74,6 +74,11 @@ std::string read_external(const onnx::TensorProto& t, const TensorSource& src, s
                      cat("tensor '", name, "': external data offset ", offset, " / length ", length,
                          " does not fit ", want, " bytes"));
   const std::filesystem::path file = src.dir / rel;
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec) && !std::filesystem::is_regular_file(file, ec))
+    throw ParseError(src.source, -1,
+                     cat("tensor '", name, "': external data location '", location, "' (",
+                         file.string(), ") is not a regular file"));
   std::ifstream f(file, std::ios::binary);
   if (!f)
     throw NotFound(cat(src.source, ": tensor '", name, "': external data file '", file.string(),

@@ -15,6 +15,24 @@ namespace {
 using detail::JsonField;
 using nlohmann::json;
 
+// Plausible ranges for what a cluster file states; values outside them (a bandwidth of 1e-300
+// B/s predicts latencies of 1e305 s) are refused as typos rather than planned with.
+struct Range {
+  double lo, hi;
+  bool holds(double v) const { return v >= lo && v <= hi; }
+};
+constexpr Range kFlops{1e3, 1e18};      // FLOP/s
+constexpr Range kBandwidth{1e3, 1e15};  // bytes/s, memory and links
+constexpr Range kMemBytes{1e3, 1e16};   // bytes
+constexpr Range kPowerW{0, 1e6};        // watts
+constexpr Range kSpeedFactor{1e-3, 1e3};
+constexpr Range kSeconds{0, 3600};  // link latency, profiled op latency
+
+double read_in(const JsonField& f, Range r) { return f.in_range(f.number(), r.lo, r.hi); }
+double read_positive_in(const JsonField& f, Range r) {
+  return f.in_range(f.positive_number(), r.lo, r.hi);
+}
+
 DeviceProfile read_device(const JsonField& f) {
   f.expect_object({"name", "kind", "description", "peak_flops", "mem_bandwidth_bytes_per_s",
                    "mem_bytes", "power_w", "threads", "speed_factor", "op_latency_s"});
@@ -27,21 +45,21 @@ DeviceProfile read_device(const JsonField& f) {
       k.fail(cat("expected \"cpu\" or \"cuda\", got ", k.shown()));
   }
   if (f.has("description")) d.description = f.at("description").string();
-  d.peak_flops = f.at("peak_flops").positive_number();
-  d.mem_bandwidth_bytes_per_s = f.at("mem_bandwidth_bytes_per_s").positive_number();
-  d.mem_bytes = f.at("mem_bytes").positive_number();
-  if (f.has("power_w")) d.power_w = f.at("power_w").non_negative_number();
+  d.peak_flops = read_positive_in(f.at("peak_flops"), kFlops);
+  d.mem_bandwidth_bytes_per_s = read_positive_in(f.at("mem_bandwidth_bytes_per_s"), kBandwidth);
+  d.mem_bytes = read_positive_in(f.at("mem_bytes"), kMemBytes);
+  if (f.has("power_w")) d.power_w = read_in(f.at("power_w"), kPowerW);
   if (f.has("threads")) {
     const JsonField t = f.at("threads");
     const int64_t n = t.positive_integer();
     if (n > (1 << 20)) t.fail(cat("expected a thread count, got ", n));
     d.threads = static_cast<int>(n);
   }
-  if (f.has("speed_factor")) d.speed_factor = f.at("speed_factor").positive_number();
+  if (f.has("speed_factor")) d.speed_factor = read_positive_in(f.at("speed_factor"), kSpeedFactor);
   if (f.has("op_latency_s")) {
     for (const auto& [key, v] : f.at("op_latency_s").members()) {
       if (key.empty()) v.fail("empty op key");
-      d.op_latency_s[key] = v.positive_number();
+      d.op_latency_s[key] = read_positive_in(v, kSeconds);
     }
   }
   return d;
@@ -52,8 +70,8 @@ LinkProfile read_link(const JsonField& f) {
   LinkProfile l;
   l.from = f.at("from").non_empty_string();
   l.to = f.at("to").non_empty_string();
-  l.bandwidth_bytes_per_s = f.at("bandwidth_bytes_per_s").positive_number();
-  l.latency_s = f.at("latency_s").non_negative_number();
+  l.bandwidth_bytes_per_s = read_positive_in(f.at("bandwidth_bytes_per_s"), kBandwidth);
+  l.latency_s = read_in(f.at("latency_s"), kSeconds);
   if (f.has("description")) l.description = f.at("description").string();
   return l;
 }
@@ -187,7 +205,6 @@ double ClusterSpec::transfer_time_s(const std::string& from, const std::string& 
 
 void ClusterSpec::validate() const {
   auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  auto non_negative = [](double v) { return std::isfinite(v) && v >= 0; };
   if (devices.empty()) throw InvalidArgument("cluster spec: no devices");
   std::set<std::string> names;
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -197,16 +214,16 @@ void ClusterSpec::validate() const {
     if (!names.insert(d.name).second) throw InvalidArgument(cat(at, ": duplicate device name"));
     if (d.kind != "cpu" && d.kind != "cuda")
       throw InvalidArgument(cat(at, ": kind '", d.kind, "'"));
-    if (!positive(d.peak_flops)) throw InvalidArgument(cat(at, ": peak_flops ", d.peak_flops));
-    if (!positive(d.mem_bandwidth_bytes_per_s))
+    if (!kFlops.holds(d.peak_flops)) throw InvalidArgument(cat(at, ": peak_flops ", d.peak_flops));
+    if (!kBandwidth.holds(d.mem_bandwidth_bytes_per_s))
       throw InvalidArgument(cat(at, ": mem_bandwidth_bytes_per_s ", d.mem_bandwidth_bytes_per_s));
-    if (!positive(d.mem_bytes)) throw InvalidArgument(cat(at, ": mem_bytes ", d.mem_bytes));
-    if (!non_negative(d.power_w)) throw InvalidArgument(cat(at, ": power_w ", d.power_w));
+    if (!kMemBytes.holds(d.mem_bytes)) throw InvalidArgument(cat(at, ": mem_bytes ", d.mem_bytes));
+    if (!kPowerW.holds(d.power_w)) throw InvalidArgument(cat(at, ": power_w ", d.power_w));
     if (d.threads < 1) throw InvalidArgument(cat(at, ": threads ", d.threads));
-    if (!positive(d.speed_factor))
+    if (!kSpeedFactor.holds(d.speed_factor))
       throw InvalidArgument(cat(at, ": speed_factor ", d.speed_factor));
     for (const auto& [k, v] : d.op_latency_s)
-      if (k.empty() || !positive(v))
+      if (k.empty() || !positive(v) || !kSeconds.holds(v))
         throw InvalidArgument(cat(at, ": op_latency_s['", k, "'] = ", v));
   }
   std::set<std::pair<std::string, std::string>> seen;
@@ -217,9 +234,9 @@ void ClusterSpec::validate() const {
       throw InvalidArgument(cat(at, ": unknown device"));
     if (l.from == l.to) throw InvalidArgument(cat(at, ": link to itself"));
     if (!seen.insert({l.from, l.to}).second) throw InvalidArgument(cat(at, ": duplicate link"));
-    if (!positive(l.bandwidth_bytes_per_s))
+    if (!kBandwidth.holds(l.bandwidth_bytes_per_s))
       throw InvalidArgument(cat(at, ": bandwidth_bytes_per_s ", l.bandwidth_bytes_per_s));
-    if (!non_negative(l.latency_s)) throw InvalidArgument(cat(at, ": latency_s ", l.latency_s));
+    if (!kSeconds.holds(l.latency_s)) throw InvalidArgument(cat(at, ": latency_s ", l.latency_s));
   }
 }
 

@@ -15,12 +15,12 @@
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json.h"
 
 namespace tandem::detail {
 
@@ -116,6 +116,11 @@ class JsonField {
       fail(cat("expected a non-negative number, got ", shown()));
     return value_->get<double>();
   }
+  // `v` (read from this field) when it lies in [lo, hi]; otherwise fails naming the range.
+  double in_range(double v, double lo, double hi) const {
+    if (!(v >= lo && v <= hi)) fail(cat("expected a value in [", lo, ", ", hi, "], got ", shown()));
+    return v;
+  }
   int64_t integer() const {
     if (!value_->is_number_integer()) fail(cat("expected an integer, got ", shown()));
     if (value_->is_number_unsigned() && value_->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
@@ -147,25 +152,9 @@ class JsonField {
   std::string path_;
 };
 
-// Reads and parses a JSON file: IoError naming the path when it cannot be read, ParseError with the
-// byte offset when it is not valid JSON.
-inline nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw IoError(cat("cannot open '", path, "': ", std::strerror(errno)));
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) throw IoError(cat("error reading '", path, "'"));
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann counts bytes from 1; ParseError offsets count from 0. Its message starts with an
-    // exception id ("[json.exception.parse_error.101] parse error at line 1, column 5: ...").
-    std::string what = e.what();
-    if (const size_t at = what.find("parse error at "); at != std::string::npos)
-      what = what.substr(at + 15);
-    throw ParseError(path, e.byte > 0 ? static_cast<int64_t>(e.byte) - 1 : 0,
-                     cat("invalid JSON: ", what));
-  }
-}
+// Reads and parses a JSON file through tandem::read_json_file (json.h): IoError naming the path
+// when it cannot be read, ParseError when it is not acceptable JSON.
+using ::tandem::read_json_file;
 
 // Writes `text` to `path` (truncating); IoError naming the path on failure.
 inline void write_text_file(const std::string& path, const std::string& text) {

@@ -157,6 +157,11 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
     throw InvalidArgument(cat("kv-eval: need contexts, continuation >= 2 (got ", c.continuation,
                               "), window >= 0, prefill_chunk >= 1"));
   }
+  for (double depth : c.needle_depths) {
+    if (!(depth >= 0 && depth <= 1))
+      throw InvalidArgument(cat("kv-eval: needle depth ", depth, " is outside [0, 1]"));
+  }
+  check_kv_settings(c.policies, c.extra, "kv-eval: --kv-extra");
   auto say = [&](const std::string& s) {
     if (c.progress) c.progress(s);
   };

@@ -16,6 +16,10 @@ std::string KvBudget::label() const {
   return buf;
 }
 
+namespace {
+constexpr double kMaxKvBudgetTokens = double(int64_t{1} << 40);  // far past any context length
+}  // namespace
+
 KvBudget parse_kv_budget(const std::string& text) {
   const bool percent = !text.empty() && text.back() == '%';
   const std::string num = percent ? text.substr(0, text.size() - 1) : text;
@@ -36,6 +40,10 @@ KvBudget parse_kv_budget(const std::string& text) {
   } else {
     if (v != std::floor(v)) {
       throw InvalidArgument("KV budget '" + text + "': a token budget must be a whole number");
+    }
+    if (v > kMaxKvBudgetTokens) {
+      throw InvalidArgument(cat("KV budget '", text, "' exceeds the limit of ",
+                                static_cast<int64_t>(kMaxKvBudgetTokens), " tokens"));
     }
     b.tokens = static_cast<int64_t>(v);
   }

@@ -13,6 +13,7 @@ namespace {
 struct Entry {
   std::string description;
   KvPolicyFactory factory;
+  std::vector<std::string> settings;  // the extra keys the factory reads
 };
 
 struct Registry {
@@ -85,18 +86,29 @@ std::string names_list() {
 }  // namespace
 
 void register_kv_policy(const std::string& name, const std::string& description,
-                        KvPolicyFactory factory) {
+                        KvPolicyFactory factory, std::vector<std::string> settings) {
   if (name.empty() || name.find('+') != std::string::npos)
     throw InvalidArgument("register_kv_policy: bad policy name '" + name + "'");
   if (!factory) throw InvalidArgument("register_kv_policy: '" + name + "' has no factory");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  if (!r.entries.emplace(name, Entry{description, std::move(factory)}).second)
+  if (!r.entries.emplace(name, Entry{description, std::move(factory), std::move(settings)}).second)
     throw InvalidArgument("register_kv_policy: '" + name + "' is registered twice");
 }
 
-std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec, const KvPolicyOptions& options,
-                                         const KvCacheShape& shape) {
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string s;
+  for (const std::string& item : items) {
+    if (!s.empty()) s += ", ";
+    s += item;
+  }
+  return s;
+}
+
+// The members of a spec ("clusterattn+qokv" -> clusterattn, qokv).
+std::vector<std::string> spec_parts(const std::string& spec) {
   std::vector<std::string> parts;
   size_t start = 0;
   while (true) {
@@ -105,18 +117,41 @@ std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec, const KvPolicy
     if (plus == std::string::npos) break;
     start = plus + 1;
   }
+  return parts;
+}
+
+// The registry entry of one member; InvalidArgument naming the spec for an unknown name.
+Entry entry_of(const std::string& part, const std::string& spec) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.entries.find(part);
+  if (it == r.entries.end())
+    throw InvalidArgument("unknown KV policy '" + part + "' in '" + spec +
+                          "' (registered: " + names_list() + ")");
+  return it->second;
+}
+
+}  // namespace
+
+void check_kv_settings(const std::vector<std::string>& specs,
+                       const std::map<std::string, std::string>& extra, const std::string& flag) {
+  std::vector<std::string> known;
+  for (const std::string& spec : specs)
+    for (const std::string& part : spec_parts(spec))
+      for (const std::string& s : entry_of(part, spec).settings) known.push_back(s);
+  for (const auto& [key, value] : extra) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    throw InvalidArgument(cat(flag, " '", key, "=", value, "': '", key, "' is not a setting of ",
+                              joined(specs), " (settings: ", known.empty() ? "none" : joined(known),
+                              ")"));
+  }
+}
+
+std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec, const KvPolicyOptions& options,
+                                         const KvCacheShape& shape) {
   std::vector<std::shared_ptr<KvPolicy>> members;
-  for (const std::string& part : parts) {
-    KvPolicyFactory factory;
-    {
-      Registry& r = registry();
-      std::lock_guard lock(r.mutex);
-      auto it = r.entries.find(part);
-      if (it == r.entries.end())
-        throw InvalidArgument("unknown KV policy '" + part + "' in '" + spec +
-                              "' (registered: " + names_list() + ")");
-      factory = it->second.factory;
-    }
+  for (const std::string& part : spec_parts(spec)) {
+    const KvPolicyFactory factory = entry_of(part, spec).factory;
     KvPolicyOptions member_options = options;
     if (auto c = options.calibration_by_policy.find(part); c != options.calibration_by_policy.end())
       member_options.calibration_path = c->second;

@@ -24,6 +24,16 @@ int positive_int(const GgufFile& f, const std::string& key, int64_t v) {
   return static_cast<int>(v);
 }
 
+// A float hyperparameter: finite and within [lo, hi] (an epsilon of inf or a RoPE base of 1e38
+// would load and then compute garbage).
+float float_in(const GgufFile& f, const std::string& key, double v, double lo, double hi) {
+  if (!(v >= lo && v <= hi)) {
+    throw ParseError(f.path(), -1,
+                     cat("metadata '", key, "' = ", v, " is outside [", lo, ", ", hi, "]"));
+  }
+  return static_cast<float>(v);
+}
+
 bool is_weight_dtype(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
          t == DType::kQ4_0 || t == DType::kQ4_1 || dtype_is_k_quant(t);
@@ -119,8 +129,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!eps) {
     throw NotFound(cat(f.path(), ": model metadata key '", a, eps_key, "' is missing"));
   }
-  (c.kind == ModelArch::kLlama ? c.rms_eps : c.layer_norm_eps) = static_cast<float>(*eps);
-  c.rope_theta = static_cast<float>(f.find_float(a + "rope.freq_base").value_or(10000.0));
+  (c.kind == ModelArch::kLlama ? c.rms_eps : c.layer_norm_eps) =
+      float_in(f, a + eps_key, *eps, 1e-12, 1.0);
+  c.rope_theta = float_in(f, a + "rope.freq_base",
+                          f.find_float(a + "rope.freq_base").value_or(10000.0), 1.0, 1e10);
   if (c.d_model % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0) {
     throw ParseError(f.path(), -1,
                      cat("embedding_length ", c.d_model, ", head_count ", c.n_heads,
@@ -153,6 +165,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     throw NotFound(f.path() +
                    ": neither token_embd.weight nor tokenizer.ggml.tokens gives the "
                    "vocabulary size");
+  }
+  // The optional declared size must be an integer (get_int: ParseError for another type) that
+  // agrees with the vocabulary found.
+  if (const auto declared = f.find_int(a + "vocab_size"); declared && *declared != c.vocab_size) {
+    throw ParseError(f.path(), -1,
+                     cat("metadata '", a, "vocab_size' = ", *declared, " but the model has ",
+                         c.vocab_size, " tokens"));
   }
   return c;
 }

@@ -2,6 +2,9 @@
 // SHA-256 as specified in FIPS 180-4 §6.2 (message schedule of 64 words, 64 rounds per block).
 #include "llm/sha256.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -116,16 +119,21 @@ std::string Sha256::hex_digest() {
 
 std::string sha256_file(const std::string& path,
                         const std::function<void(int64_t, int64_t)>& progress) {
+  // Only a regular file has a size to stop at: /dev/zero would be read forever, and opening a
+  // FIFO blocks until someone writes to it.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError(cat(path, ": cannot open for hashing: ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw IoError(cat(path, ": not a regular file; refusing to hash it"));
+  const int64_t total = st.st_size;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw IoError(cat(path, ": cannot open for hashing: ", std::strerror(errno)));
-  std::fseek(f, 0, SEEK_END);
-  const int64_t total = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
   Sha256 h;
   std::vector<uint8_t> buf(1 << 20);
   int64_t done = 0;
-  for (;;) {
-    const size_t n = std::fread(buf.data(), 1, buf.size(), f);
+  while (done < total) {  // a file that grows while it is read is hashed up to its size at open
+    const size_t want = static_cast<size_t>(std::min<int64_t>(total - done, int64_t(buf.size())));
+    const size_t n = std::fread(buf.data(), 1, want, f);
     if (n == 0) break;
     h.update(buf.data(), n);
     done += static_cast<int64_t>(n);

@@ -34,8 +34,9 @@ class TANDEM_API Sha256 {
   bool finished_ = false;
 };
 
-// Digest of a whole file, read in chunks; `progress(done, total)` (may be empty) after each chunk.
-// IoError when the file cannot be read.
+// Digest of a whole regular file, read in chunks up to its size at the start; `progress(done,
+// total)` (may be empty) after each chunk. IoError when the file cannot be read or is not a regular
+// file (a device such as /dev/zero, a FIFO, a directory).
 TANDEM_API std::string sha256_file(const std::string& path,
                                    const std::function<void(int64_t, int64_t)>& progress = {});
 

@@ -283,7 +283,7 @@ const std::string& builtin_zoo_json() {
 namespace {
 const std::vector<ModelConfig>& builtin_zoo() {
   static const std::vector<ModelConfig> zoo =
-      parse_zoo(nlohmann::json::parse(builtin_zoo_json()), "builtin zoo");
+      parse_zoo(parse_json(builtin_zoo_json(), "builtin zoo"), "builtin zoo");
   return zoo;
 }
 }  // namespace

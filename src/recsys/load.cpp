@@ -42,6 +42,8 @@ nlohmann::json LoadStats::to_json() const {
           {"rate_qps", rate_qps},
           {"completed", completed},
           {"errors", errors},
+          {"dropped", dropped},
+          {"late", late},
           {"measured_s", measured_s},
           {"throughput_qps", throughput_qps},
           {"rows_per_s", rows_per_s},
@@ -57,10 +59,14 @@ LoadStats run_load(ServingPolicy& policy,
   if (pool.empty()) throw InvalidArgument("run_load: empty query pool");
   if (o.clients < 1 && o.rate_qps <= 0) throw InvalidArgument("run_load: clients must be >= 1");
   if (!(o.duration_s > 0)) throw InvalidArgument("run_load: duration must be positive");
+  if (!(o.rate_qps >= 0 && o.rate_qps <= kMaxOpenLoopRateQps))
+    throw InvalidArgument(
+        cat("run_load: rate ", o.rate_qps, " queries/s is outside [0, ", kMaxOpenLoopRateQps, "]"));
+  if (o.max_outstanding < 1) throw InvalidArgument("run_load: max_outstanding must be >= 1");
   std::mutex mu;
   std::vector<double> lat, queue, service;
   double batch_rows = 0;
-  int64_t rows = 0, errors = 0;
+  int64_t rows = 0, errors = 0, dropped = 0, late = 0;
   const auto t0 = Clock::now();
   const auto measure_from =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup_s));
@@ -88,6 +94,7 @@ LoadStats run_load(ServingPolicy& policy,
     std::mutex qmu;
     std::condition_variable qcv;
     std::deque<std::pair<size_t, std::future<Response>>> inflight;
+    std::atomic<int64_t> outstanding{0};  // submitted and not yet recorded
     bool done = false;
     std::thread collector([&] {
       for (;;) {
@@ -98,6 +105,7 @@ LoadStats run_load(ServingPolicy& policy,
         inflight.pop_front();
         lk.unlock();
         record(item.first, item.second);
+        --outstanding;
       }
     });
     PoissonArrivals arrivals(o.rate_qps, o.seed);
@@ -107,6 +115,12 @@ LoadStats run_load(ServingPolicy& policy,
           std::chrono::duration<double>(arrivals.next_gap_s()));
       if (next >= stop_at) break;
       std::this_thread::sleep_until(next);
+      if (Clock::now() - next > std::chrono::duration<double>(kLateArrivalS)) ++late;
+      if (outstanding.load() >= o.max_outstanding) {
+        ++dropped;
+        continue;
+      }
+      ++outstanding;
       const size_t index = k % pool.size();
       auto fut = policy.submit(pool[index]);
       std::lock_guard lk(qmu);
@@ -137,6 +151,8 @@ LoadStats run_load(ServingPolicy& policy,
   s.rate_qps = o.rate_qps;
   s.completed = static_cast<int64_t>(lat.size());
   s.errors = errors;
+  s.dropped = dropped;
+  s.late = late;
   s.measured_s =
       std::chrono::duration<double>(std::max(Clock::now(), stop_at) - measure_from).count();
   s.throughput_qps = double(s.completed) / s.measured_s;

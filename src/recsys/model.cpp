@@ -7,6 +7,7 @@
 
 #include "recsys/model_impl.h"
 #include "tandem/core/error.h"
+#include "tandem/core/json.h"
 
 namespace tandem::rec {
 
@@ -170,6 +171,34 @@ StoredTensor store_table(const EmbeddingTable& t) {
   return s;
 }
 
+// A file written by RecModel::save states the config it was made from: metadata that is not that
+// JSON, or that describes another model, is refused before any tensor is compared. What does not
+// shape the weights (the default query size, the generator's seed, the description) may differ.
+void check_stored_config(const SafetensorsFile& f, const ModelConfig& cfg,
+                         const std::string& path) {
+  const auto it = f.metadata.find("tandem.config");
+  if (it == f.metadata.end()) return;
+  nlohmann::json stored = parse_json(it->second, path + ": __metadata__.tandem.config");
+  if (!stored.is_object())
+    throw ParseError(path, -1, "__metadata__.tandem.config is not a JSON object");
+  nlohmann::json want = cfg.to_json();
+  for (const char* key : {"query_size", "seed", "description"}) {
+    stored.erase(key);
+    want.erase(key);
+  }
+  if (stored == want) return;
+  std::string key = "(extra keys)";
+  for (const auto& [k, v] : want.items()) {
+    if (!stored.contains(k) || stored[k] != v) {
+      key = k;
+      break;
+    }
+  }
+  throw ParseError(path, -1,
+                   cat("__metadata__.tandem.config describes another model than '", cfg.name,
+                       "' (first difference: '", key, "')"));
+}
+
 }  // namespace
 
 void RecModel::save(const std::string& path) const {
@@ -198,6 +227,7 @@ void RecModel::save(const std::string& path) const {
 
 RecModel RecModel::load(const ModelConfig& cfg, const std::string& path) {
   SafetensorsFile f = read_safetensors(path);
+  check_stored_config(f, cfg, path);
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
   auto take = [&](const std::string& name) -> StoredTensor& {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json.h"
 
 namespace tandem::rec {
 
@@ -110,12 +111,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   std::string text(n, '\0');
   f.read(text.data(), static_cast<std::streamsize>(n));
   if (!f) throw IoError(cat("error reading '", path, "'"));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ParseError(path, 8 + static_cast<int64_t>(e.byte), "header is not valid JSON");
-  }
+  const nlohmann::json header = parse_json(text, path, 8);
   if (!header.is_object()) throw ParseError(path, 8, "header is not a JSON object");
   const int64_t data_start = 8 + static_cast<int64_t>(n);
   const int64_t data_size = size - data_start;

@@ -24,6 +24,8 @@ WorkerClient::WorkerClient(std::string endpoint, const std::optional<ClusterKey>
   if (!(options_.heartbeat_interval_s > 0) ||
       options_.heartbeat_timeout_s < options_.heartbeat_interval_s)
     throw InvalidArgument("worker client: need 0 < heartbeat_interval_s <= heartbeat_timeout_s");
+  if (!(options_.configure_timeout_s > 0))
+    throw InvalidArgument("worker client: configure_timeout_s must be positive");
   if (key) sock_.set_client_key(*key);
   // A stable routing id: after a reconnect the worker still knows which requests it holds for us
   // (its "lost" answers stay right) and where to send their answers.
@@ -49,7 +51,7 @@ void WorkerClient::send_or_lost(std::shared_ptr<const std::string> frame, MsgTyp
   }
 }
 
-Message WorkerClient::call(Message m, double first_answer_timeout_s) {
+Message WorkerClient::call(Message m, double first_answer_timeout_s, double total_timeout_s) {
   m.seq = next_seq_++;
   const uint64_t seq = m.seq;
   const auto frame = std::make_shared<const std::string>(encode(m, options_.checksum));
@@ -93,6 +95,11 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s) {
       if (r.seq != seq) continue;  // a stale answer (from before a timeout or reset)
       return r;
     }
+    if (since(start) > total_timeout_s)
+      throw TransportError("worker " + endpoint_ + ": no answer to " + msg_type_name(m.type) +
+                           " seq " + std::to_string(seq) + " within " +
+                           std::to_string(total_timeout_s) + " s (the worker is alive but still " +
+                           "busy with it)");
     const double limit = heard_any ? options_.heartbeat_timeout_s : first_answer_timeout_s;
     if (since(last_heard) > limit)
       throw WorkerLost("worker " + endpoint_ + " " +
@@ -130,8 +137,8 @@ void WorkerClient::configure(uint32_t stage_id, const nlohmann::json& stage,
   m.stage = stage_id;
   m.json = {{"stage", stage}, {"device", device.to_json()}};
   // Building a stage may load a model: allow the connect timeout for the first answer, then
-  // heartbeats keep it alive.
-  Message r = call(std::move(m), options_.connect_timeout_s);
+  // heartbeats keep it alive up to configure_timeout_s.
+  Message r = call(std::move(m), options_.connect_timeout_s, options_.configure_timeout_s);
   if (r.type != MsgType::kConfigAck)
     throw RemoteError("worker " + endpoint_ + ": answered config with " + msg_type_name(r.type));
 }

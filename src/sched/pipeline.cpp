@@ -262,9 +262,12 @@ RunReport Pipeline::run(
       Node& n = nodes[k];
       if (n.is_link || n.endpoint.empty()) continue;
       const bool tcp = n.endpoint.rfind("inproc://", 0) != 0;
+      ClientOptions co = im.opt.client;  // building a stage counts against the run's timeout too
+      co.configure_timeout_s =
+          std::min(co.configure_timeout_s, std::max(im.opt.run_timeout_s - now_s(), 1e-3));
       try {
-        clients[k] = std::make_unique<WorkerClient>(n.endpoint, tcp ? im.opt.key : std::nullopt,
-                                                    im.opt.client);
+        clients[k] =
+            std::make_unique<WorkerClient>(n.endpoint, tcp ? im.opt.key : std::nullopt, co);
         clients[k]->hello();
         clients[k]->configure(n.stage_id, im.plan.stages[n.stage_id].stage, n.emu);
       } catch (const WorkerLost& e) {

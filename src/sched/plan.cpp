@@ -2,16 +2,14 @@
 // Reading and writing pipeline plans (plan.h).
 #include "tandem/sched/plan.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "tandem/core/error.h"
+#include "tandem/core/json.h"
 
 namespace tandem::sched {
 namespace {
 
 [[noreturn]] void bad(const std::string& where, const std::string& path, const std::string& what) {
-  throw ParseError(where, -1, where + ": " + path + ": " + what);
+  throw ParseError(where, -1, path + ": " + what);
 }
 
 }  // namespace
@@ -21,7 +19,7 @@ nlohmann::json PipelinePlan::to_json() const {
   j["version"] = version;
   j["system"] = system;
   j["cluster"] = cluster;
-  j["prompt_len"] = prompt_len;
+  if (prompt_len > 0) j["prompt_len"] = prompt_len;  // 0: not stated
   j["micro_batches"] = micro_batches;
   j["slices"] = slices;
   j["stages"] = nlohmann::json::array();
@@ -51,11 +49,13 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
   str("cluster", p.cluster);
   auto integer = [&](const char* key, int64_t& out, int64_t lo) {
     if (!j.contains(key)) return;
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() < lo)
-      bad(where, key, "expected an integer >= " + std::to_string(lo));
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < lo ||
+        (j[key].is_number_unsigned() && j[key].get<uint64_t>() > uint64_t{1} << 40))
+      bad(where, key,
+          "expected an integer in [" + std::to_string(lo) + ", 2^40], got " + j[key].dump());
     out = j[key].get<int64_t>();
   };
-  integer("prompt_len", p.prompt_len, 0);
+  integer("prompt_len", p.prompt_len, 1);
   integer("micro_batches", p.micro_batches, 1);
   if (p.micro_batches > (1 << 20)) bad(where, "micro_batches", "too large");
   if (j.contains("slices")) {
@@ -93,13 +93,7 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
 }
 
 PipelinePlan PipelinePlan::from_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("plan: cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) throw ParseError(path, -1, path + ": not valid JSON");
-  return from_json(j, path);
+  return from_json(read_json_file(path), path);
 }
 
 }  // namespace tandem::sched

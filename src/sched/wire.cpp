@@ -5,6 +5,9 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <string_view>
+
+#include "tandem/core/json.h"
 
 namespace tandem::sched {
 namespace {
@@ -184,9 +187,13 @@ Message decode(const void* data, size_t size, const WireLimits& limits) {
   }
   size_t pos = kWireHeaderBytes;
   if (json_len > 0) {
-    m.json =
-        nlohmann::json::parse(p + pos, p + pos + json_len, nullptr, /*allow_exceptions=*/false);
-    if (m.json.is_discarded() || !m.json.is_object()) fail(pos, "metadata is not a JSON object");
+    try {
+      m.json = parse_json(std::string_view(reinterpret_cast<const char*>(p + pos), json_len),
+                          "metadata", static_cast<int64_t>(pos));
+    } catch (const ParseError& e) {
+      fail(pos, e.what());
+    }
+    if (!m.json.is_object()) fail(pos, "metadata is not a JSON object");
   }
   pos += json_len;
   for (uint32_t i = 0; i < n_tensors; ++i) {

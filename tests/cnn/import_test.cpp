@@ -289,7 +289,95 @@ TEST(CnnImport, ExternalDataIsReadBesideTheModel) {
   w->mutable_external_data(1)->set_value("40");  // runs past the end
   std::ofstream(dir / "m3.onnx", std::ios::binary) << b.m.SerializeAsString();
   EXPECT_THROW(import_onnx((dir / "m3.onnx").string()), ParseError);
+  // "." (the model's directory) used to fail with no reason.
+  w->mutable_external_data(0)->set_value(".");
+  w->mutable_external_data(1)->set_value("16");
+  std::ofstream(dir / "m4.onnx", std::ios::binary) << b.m.SerializeAsString();
+  try {
+    import_onnx((dir / "m4.onnx").string());
+    ADD_FAILURE() << "a directory was read as external data";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
+}
+
+// What ONNX Runtime refuses is refused here too (issue 24).
+TEST(CnnImport, OpsetsPoolPadsAndRepeatedOutputsAreChecked) {
+  auto pool = [](int opset, int64_t pad, bool twice) {
+    ModelBuilder b(opset);
+    b.input("x", {1, 1, 6, 6});
+    auto* p = b.node("AveragePool", {"x"}, {"y"});
+    ModelBuilder::ints(p, "kernel_shape", {2, 2});
+    ModelBuilder::ints(p, "pads", {pad, pad, pad, pad});
+    b.output("y");
+    if (twice) b.output("y");
+    return b;
+  };
+  EXPECT_NO_THROW(pool(13, 1, false).import());
+  // AveragePool means the same at opset 1 (ONNX Runtime runs it too); a future opset does not.
+  EXPECT_NO_THROW(pool(1, 1, false).import());
+  for (int opset : {23, 99999, -1}) {
+    try {
+      pool(opset, 1, false).import();
+      ADD_FAILURE() << "opset " << opset << " was accepted";
+    } catch (const Unsupported& e) {
+      EXPECT_NE(std::string(e.what()).find("opset " + std::to_string(opset)), std::string::npos)
+          << e.what();
+    }
+  }
+  // Add broadcast only by attribute before opset 7: refused there, read from 7 on.
+  auto add = [](int opset) {
+    ModelBuilder b(opset);
+    b.input("x", {1, 2, 2, 2});
+    b.init("c", {2, 1, 1}, {1, 2});
+    b.node("Add", {"x", "c"}, {"y"});
+    b.output("y");
+    return b;
+  };
+  EXPECT_NO_THROW(add(7).import());
+  try {
+    add(1).import();
+    ADD_FAILURE() << "Add at opset 1 was accepted";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("(Add): opset 1: this op's definition before opset 7"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    pool(13, 2, false).import();
+    ADD_FAILURE() << "pads >= kernel were accepted";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("must be smaller than the kernel 2x2"), std::string::npos)
+        << e.what();
+  }
+  try {
+    pool(13, 0, true).import();
+    ADD_FAILURE() << "a repeated graph output was accepted";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("graph output 'y' is listed twice"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A tiny file may declare a huge batch: the memory a run needs is estimated at import and a model
+// that cannot fit is refused, naming the tensor and the bytes.
+TEST(CnnImport, AModelThatCannotFitInMemoryIsRefusedAtImport) {
+  ModelBuilder b;
+  b.input("x", {1, 2, 5, 6}, /*symbolic_batch=*/true);
+  b.init("w", {3, 2, 3, 3}, iota(54));
+  b.node("Conv", {"x", "w"}, {"y"});
+  b.output("y");
+  EXPECT_NO_THROW(b.import({.batch = 4}));
+  try {
+    b.import({.batch = int64_t{1} << 23, .max_memory_bytes = int64_t{1} << 30});  // ~3 GiB
+    ADD_FAILURE() << "a model needing gigabytes was accepted under a 1 GiB cap";
+  } catch (const Infeasible& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("test.onnx: node 'Conv_y' needs"), std::string::npos) << m;
+    EXPECT_NE(m.find("output 'y'"), std::string::npos) << m;
+    EXPECT_NE(m.find("at most 1073741824 bytes"), std::string::npos) << m;
+  }
 }
 
 TEST(CnnImport, SiluPatternAndClipFuseIntoConv) {

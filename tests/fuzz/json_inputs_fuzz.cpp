@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzz target for tandem's JSON readers (ClusterSpec, DeviceProfile, LinkProfile, Graph). Any input
-// must either parse or raise a tandem::Error; anything else escaping (another exception type, a
-// crash, a sanitizer report) is a bug. Built as a libFuzzer binary with clang (scripts/fuzz.sh)
-// and, everywhere, as a replay test over tests/fuzz/corpus/json.
+// Fuzz target for tandem's JSON readers: the bytes go through tandem::parse_json (the one parser
+// every JSON input uses: depth bound, duplicate keys, out-of-range numbers), then ClusterSpec,
+// DeviceProfile, LinkProfile and Graph. Any input must either parse or raise a tandem::Error;
+// anything else escaping (another exception type, a crash, a sanitizer report) is a bug. Built as a
+// libFuzzer binary with clang (scripts/fuzz.sh) and, everywhere, as a replay test over
+// tests/fuzz/corpus/json.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -11,11 +13,16 @@
 #include "tandem/core/cluster.h"
 #include "tandem/core/error.h"
 #include "tandem/core/graph.h"
+#include "tandem/core/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return 0;
+  nlohmann::json j;
+  try {
+    j = tandem::parse_json(text, "fuzz.json");
+  } catch (const tandem::Error&) {
+    return 0;  // not acceptable JSON: refused with a message
+  }
   auto attempt = [&](auto&& read) {
     try {
       read();

@@ -208,6 +208,21 @@ TEST(HpipePlan, MalformedPlansAndBadRequestsAreRefused) {
   EXPECT_THROW(make_plan(tiny_profile(1), cl, "c", 256, "hpipe", {}), InvalidArgument);
 }
 
+// A cluster (built in code; files are range-checked) whose link latency overflows every slicing's
+// predicted time: Infeasible saying why, not an internal check failure (issue 24).
+TEST(HpipePlan, AClusterWithNoFiniteScheduleIsInfeasibleInTheUsersTerms) {
+  ClusterSpec cl = cluster({1.0, 1.0});
+  cl.links[0].latency_s = 1e308;
+  try {
+    make_plan(tiny_profile(4), cl, "c", 64, "hpipe", {});
+    ADD_FAILURE() << "a plan was made";
+  } catch (const Infeasible& e) {
+    EXPECT_NE(std::string(e.what()).find("has a finite predicted latency on this cluster"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(HpipePlan, ProfileJsonRoundTripsAndRejectsGarbage) {
   const ModelProfile p = tiny_profile(8);
   const ModelProfile q = ModelProfile::from_json(p.to_json());

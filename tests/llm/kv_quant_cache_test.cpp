@@ -338,6 +338,20 @@ TEST(QokvCalibrationFile, BadFilesGiveClearErrors) {
                R"("head_dim":2,"layers":[{"group_fractions":[1],"k_scale":[[1,1]]}]})",
                "v_scale");
   expect_error(R"({"format":"tandem-qokv-calibration","version":1,"n_layers":-3})", "n_layers");
+  // 10,000 group fractions were reported as "a non-empty array".
+  std::string many = "[1";
+  for (int i = 1; i < 10000; ++i) many += ",0";
+  expect_error(R"({"format":"tandem-qokv-calibration","version":1,"n_layers":1,"n_kv_heads":1,)"
+               R"("head_dim":2,"layers":[{"group_fractions":)" +
+                   many + R"(],"k_scale":[[1,1]],"v_scale":[[1,1]]}]})",
+               "1 to 1024 fractions, got 10000 entries");
+  expect_error(R"({"format":"tandem-qokv-calibration","version":1e999})", "number out of range");
+  try {
+    load_qokv_calibration(std::filesystem::temp_directory_path().string());
+    ADD_FAILURE() << "a directory was read as a calibration file";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
 }
 
 TEST(QokvCalibration, GroupsSumToOneAndOutlierChannelsGetScaled) {

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -182,6 +184,36 @@ TEST(ModelConfig, MissingKeysAndUnsupportedArchitecturesAreClearErrors) {
     x.set_float("llama.rope.scaling.factor", -2.0);
   });
   EXPECT_THROW(Model::load(bad_factor), ParseError);
+}
+
+// Hyperparameters must be finite, in range and of their declared type (issue 24: an epsilon of inf,
+// a RoPE base of inf or 1e38 and a string vocab_size were accepted).
+TEST(ModelConfig, HyperparametersMustBeFiniteInRangeAndOfTheirType) {
+  TempDir dir;
+  auto error_of = [&](const std::function<void(GgufWriter&)>& edit) -> std::string {
+    try {
+      (void)Model::load(write_tiny(dir, false, edit));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(error_of([](GgufWriter& w) { w.set_int("llama.vocab_size", kVocab); }), "");
+  for (const auto& [edit, key] :
+       std::vector<std::pair<std::function<void(GgufWriter&)>, std::string>>{
+           {[](GgufWriter& w) { w.set_string("llama.vocab_size", "many"); }, "llama.vocab_size"},
+           {[](GgufWriter& w) { w.set_int("llama.vocab_size", int64_t{1} << 40); },
+            "llama.vocab_size"},
+           {[&](GgufWriter& w) { w.set_float("llama.attention.layer_norm_rms_epsilon", inf); },
+            "llama.attention.layer_norm_rms_epsilon"},
+           {[&](GgufWriter& w) { w.set_float("llama.rope.freq_base", inf); },
+            "llama.rope.freq_base"},
+           {[](GgufWriter& w) { w.set_float("llama.rope.freq_base", 1e38); },
+            "llama.rope.freq_base"}}) {
+    const std::string e = error_of(edit);
+    EXPECT_NE(e.find(key), std::string::npos) << "'" << e << "' should name " << key;
+  }
 }
 
 TEST(ModelForward, ChunkedPrefillEqualsOneShot) {

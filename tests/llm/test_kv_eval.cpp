@@ -13,6 +13,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_eval.h"
+#include "tandem/llm/kv_policies.h"
 #include "tandem/llm/model_store.h"
 #include "tandem/llm/vocab.h"
 
@@ -28,6 +29,34 @@ TEST(KvBudgetParse, TokensRatiosAndErrors) {
   for (const char* bad : {"", "0", "-5", "abc", "150%", "12.5", "%", "10%%"}) {
     EXPECT_THROW(parse_kv_budget(bad), InvalidArgument) << bad;
   }
+  // Past int64 it used to wrap to -9223372036854775808 tokens.
+  try {
+    parse_kv_budget("99999999999999999999");
+    ADD_FAILURE() << "a budget past int64 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the limit of 1099511627776 tokens"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// --kv-extra keys that no policy of the spec reads are refused, naming the key and the settings.
+TEST(KvSettings, UnknownKeysAreRefusedByName) {
+  EXPECT_NO_THROW(check_kv_settings({"clusterattn"}, {{"pool", "3"}}, "--kv-extra"));
+  EXPECT_NO_THROW(check_kv_settings({"clusterattn+qokv"}, {{"window", "8"}}, "--kv-extra"));
+  EXPECT_NO_THROW(check_kv_settings({"snapkv", "h2o"}, {{"recent_ratio", "0.3"}}, "x"));
+  try {
+    check_kv_settings({"clusterattn"}, {{"window", "abc"}}, "--kv-extra");
+    ADD_FAILURE() << "window=abc was accepted for clusterattn";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-extra 'window=abc': 'window' is not a setting of "
+                                         "clusterattn (settings: pool, eps, rho, min_len, "
+                                         "per_head_fixed)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(check_kv_settings({"full"}, {{"pool", "3"}}, "x"), InvalidArgument);
+  EXPECT_THROW(check_kv_settings({"clusterattn+"}, {}, "x"), InvalidArgument);  // --kv-quant ''
 }
 
 TEST(KvCacheClone, CopiesEveryBlockAndStaysIndependent) {

@@ -463,6 +463,26 @@ TEST(ClusterAttnCalibration, RoundTripAndErrors) {
   EXPECT_THROW(load_clusterattn_params(path), ParseError);
   write("{\"policy\": \"qokv\"}");
   EXPECT_THROW(load_clusterattn_params(path), ParseError);
+  // No "policy" at all ({} or a QoKV file) used to give the defaults silently.
+  for (const char* text : {"{}", R"({"format": "tandem-qokv-calibration", "version": 1})"}) {
+    write(text);
+    try {
+      load_clusterattn_params(path);
+      ADD_FAILURE() << "accepted as a ClusterAttn calibration: " << text;
+    } catch (const ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find("field 'policy' must be \"clusterattn\""),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  write(R"({"policy": "clusterattn", "rho": 1e999})");  // was "unexpected error: ...406"
+  EXPECT_THROW(load_clusterattn_params(path), ParseError);
+  try {
+    load_clusterattn_params(dir.string());  // was "unexpected error: basic_filebuf::underflow"
+    ADD_FAILURE() << "a directory was read as a calibration file";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(make_kv_policy("clusterattn", o,
                               KvCacheShape{.n_layers = 1, .n_kv_heads = 1, .head_dim = kDim}),
                ParseError);

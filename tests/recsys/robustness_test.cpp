@@ -10,6 +10,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/recsys/model.h"
+#include "tandem/recsys/weights.h"
 
 namespace tandem::rec {
 namespace {
@@ -62,6 +63,41 @@ TEST(RecRobustness, MutatedWeightFiles) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << mutate(good, rng, 8 + n);
     expect_error_or_success("weights", [&] { RecModel::load(cfg, path); });
   }
+  std::remove(path.c_str());
+}
+
+// The config a weight file states must be JSON and the model being loaded (issue 24: both were
+// ignored, so another model's weights of matching shapes loaded silently).
+TEST(RecRobustness, StoredConfigMustDescribeTheModel) {
+  const ModelConfig cfg = zoo_config("tiny-dlrm");
+  const std::string path = "/tmp/tandem_rec_cfg_" + std::to_string(::getpid()) + ".safetensors";
+  RecModel::generate(cfg).save(path);
+  EXPECT_NO_THROW(RecModel::load(cfg, path));
+  SafetensorsFile f = read_safetensors(path);
+  auto load_error = [&](const std::string& stated) -> std::string {
+    f.metadata["tandem.config"] = stated;
+    write_safetensors(path, f);
+    try {
+      RecModel::load(cfg, path);
+    } catch (const ParseError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(load_error("not json").find("__metadata__.tandem.config"), std::string::npos);
+  EXPECT_NE(load_error("[1]").find("is not a JSON object"), std::string::npos);
+  // What does not shape the weights may differ (rec-serve --query-size when they were saved).
+  nlohmann::json workload = cfg.to_json();
+  workload["query_size"] = 7;
+  workload["seed"] = 99;
+  EXPECT_EQ(load_error(workload.dump()), "");
+  nlohmann::json other = cfg.to_json();
+  other["top_mlp"] = {7, 1};
+  EXPECT_NE(load_error(other.dump())
+                .find("describes another model than 'tiny-dlrm' (first "
+                      "difference: 'top_mlp')"),
+            std::string::npos)
+      << load_error(other.dump());
   std::remove(path.c_str());
 }
 

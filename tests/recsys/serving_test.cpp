@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
@@ -188,6 +189,57 @@ TEST(RecServing, OpenLoopPoissonLoad) {
   EXPECT_GT(s.completed, 40);  // ~120 expected; the bound only checks that arrivals happened
   EXPECT_EQ(s.clients, 0);
   EXPECT_NEAR(s.rate_qps, 400, 1e-9);
+}
+
+// A policy that answers every query only after `delay`, counting how many are outstanding.
+class SlowPolicy final : public ServingPolicy {
+ public:
+  explicit SlowPolicy(std::chrono::milliseconds delay) : delay_(delay) {}
+  ~SlowPolicy() override {
+    for (auto& t : threads_) t.join();
+  }
+  std::string name() const override { return "slow"; }
+  std::future<Response> submit(std::shared_ptr<const QueryInputs>) override {
+    const int now = ++outstanding_;
+    int seen = max_outstanding_.load();
+    while (now > seen && !max_outstanding_.compare_exchange_weak(seen, now)) {
+    }
+    auto promise = std::make_shared<std::promise<Response>>();
+    threads_.emplace_back([this, promise] {
+      std::this_thread::sleep_for(delay_);
+      --outstanding_;
+      promise->set_value(Response{});
+    });
+    return promise->get_future();
+  }
+  int max_outstanding() const { return max_outstanding_.load(); }
+
+ private:
+  std::chrono::milliseconds delay_;
+  std::atomic<int> outstanding_{0}, max_outstanding_{0};
+  std::vector<std::thread> threads_;
+};
+
+// An open loop far faster than the policy (1e12 queries/s grew to 11 GB before issue 24) keeps
+// at most max_outstanding queries in flight and counts the arrivals it drops.
+TEST(RecServing, OpenLoopOverloadIsBoundedAndCounted) {
+  Fixture fx("tiny-dlrm", 2);
+  SlowPolicy policy(std::chrono::milliseconds(50));
+  LoadOptions lo;
+  lo.rate_qps = 1e5;
+  lo.duration_s = 0.3;
+  lo.warmup_s = 0;
+  lo.max_outstanding = 4;
+  const LoadStats s = run_load(policy, fx.pool, lo);
+  EXPECT_LE(policy.max_outstanding(), 4);
+  EXPECT_GT(s.dropped, 1000);
+  EXPECT_GT(s.completed, 0);
+  EXPECT_EQ(s.to_json()["dropped"], s.dropped);
+  lo.rate_qps = 1e12;
+  EXPECT_THROW(run_load(policy, fx.pool, lo), InvalidArgument);
+  lo.rate_qps = 100;
+  lo.max_outstanding = 0;
+  EXPECT_THROW(run_load(policy, fx.pool, lo), InvalidArgument);
 }
 
 }  // namespace

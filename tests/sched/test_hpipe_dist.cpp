@@ -260,6 +260,95 @@ TEST_F(HpipeDist, CoordinatorWithAnotherKeyIsRefused) {
   EXPECT_NE(log.find("refused a peer"), std::string::npos) << log;
 }
 
+// A plan whose stage model is /dev/zero (hashed forever before issue 24) is refused at once, and
+// the same worker process then serves a valid plan.
+TEST_F(HpipeDist, WorkerGivenABadPlanStaysResponsiveForTheNextRun) {
+  auto map = start_workers(1);
+  nlohmann::json bad = hpipe_plan(model_path_, {0, 6}, {96}).to_json();
+  bad["stages"][0]["stage"]["model"] = "/dev/zero";
+  PipelineOptions o = options();
+  o.max_replans = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Pipeline pipe(PipelinePlan::from_json(bad, "bad plan"), ClusterSpec{}, map, o);
+    try {
+      pipe.run(requests({prompt(96, 5, 300)}, {96}));
+      ADD_FAILURE() << "a /dev/zero model was accepted";
+    } catch (const RemoteError& e) {
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  const std::vector<std::vector<int32_t>> prompts = {prompt(96, 6, 300)};
+  Pipeline good(hpipe_plan(model_path_, {0, 6}, {96}), ClusterSpec{}, map, options());
+  const RunReport r = good.run(requests(prompts, {96}));
+  expect_matches_forward(model_path_, prompts, r.outputs, 1e-4);
+}
+
+// An LLM plan must run every layer of its model exactly once: gaps, overlaps, a short last stage,
+// 64-bit layer numbers and cuts that disagree with the stages are refused before anything runs.
+TEST_F(HpipeDist, LayerPlansMustCoverTheModelExactlyOnce) {
+  auto error_of = [&](const nlohmann::json& j) -> std::string {
+    try {
+      (void)llm::hpipe::layer_plan_for_run(PipelinePlan::from_json(j, "p.json"), "p.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const nlohmann::json good = hpipe_plan(model_path_, kCuts, kSlices).to_json();
+  EXPECT_EQ(error_of(good), "");
+  nlohmann::json gap = good;
+  gap["stages"][1]["stage"]["first_layer"] = 2;
+  gap.erase("cuts");
+  EXPECT_NE(error_of(gap).find("does not continue stage 0"), std::string::npos) << error_of(gap);
+  nlohmann::json overlap = gap;
+  overlap["stages"][1]["stage"]["first_layer"] = 0;
+  EXPECT_NE(error_of(overlap).find("does not continue"), std::string::npos);
+  nlohmann::json shorter = good;
+  shorter["stages"][2]["stage"]["last_layer"] = 5;
+  shorter.erase("cuts");
+  EXPECT_NE(error_of(shorter).find("has 6 layers (each must run exactly once)"), std::string::npos)
+      << error_of(shorter);
+  nlohmann::json huge = good;
+  huge["stages"][0]["stage"]["last_layer"] = uint64_t{1} << 40;
+  EXPECT_NE(error_of(huge).find("last_layer"), std::string::npos) << error_of(huge);
+  nlohmann::json cuts = good;
+  cuts["cuts"] = {0, 2, 4, 6};
+  EXPECT_NE(error_of(cuts).find("cuts: [0,2,4,6] differ from the stages' layer ranges [0,1,4,6]"),
+            std::string::npos)
+      << error_of(cuts);
+  nlohmann::json batch = good;
+  batch["batch"] = 1 << 30;
+  EXPECT_NE(error_of(batch).find("exceed the limit of 4096"), std::string::npos) << error_of(batch);
+  // The stage itself checks layer numbers in 64 bits (2^40 used to wrap to 0 and run).
+  nlohmann::json stage = good["stages"][0]["stage"];
+  stage["first_layer"] = uint64_t{1} << 40;
+  try {
+    (void)make_stage(stage);
+    ADD_FAILURE() << "first_layer 2^40 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'first_layer' = 1099511627776"), std::string::npos)
+        << e.what();
+  }
+}
+
+// --verify's reference is the whole model on one device, not the plan's own split.
+TEST_F(HpipeDist, VerifyReferenceIsOneStageOverTheWholeModel) {
+  const auto hp = llm::hpipe::layer_plan_for_run(hpipe_plan(model_path_, kCuts, kSlices), "p");
+  const PipelinePlan one = llm::hpipe::single_device_plan(hp);
+  ASSERT_EQ(one.stages.size(), 1u);
+  const nlohmann::json& s = one.stages[0].stage;
+  EXPECT_EQ(s["first_layer"], 0);
+  EXPECT_EQ(s["last_layer"], 6);
+  EXPECT_TRUE(s["embed"].get<bool>());
+  EXPECT_TRUE(s["head"].get<bool>());
+  EXPECT_EQ(one.slices, (std::vector<int64_t>(kSlices.begin(), kSlices.end())));
+  const auto prompts = std::vector<std::vector<int32_t>>{prompt(96, 7, 300)};
+  expect_matches_forward(model_path_, prompts, run_sequential(one, requests(prompts, kSlices)),
+                         1e-4);
+}
+
 // The real SmolLM2-135M (Q4_1, 30 layers) when it is in the model cache; its Q4_1 GEMM quantizes
 // activations per row, so the tolerance is 1e-3 of the largest logit.
 TEST_F(HpipeDist, SmolLM2OverThreeWorkersMatchesSingleDevice) {

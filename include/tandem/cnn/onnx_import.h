@@ -13,7 +13,9 @@
 //
 // Errors: a file that is not a ModelProto, a tensor whose data does not match its dims, a dangling
 // or cyclic reference raise ParseError naming the file and the node or tensor; an op or attribute
-// value the engine does not support raises Unsupported naming the node and its op type.
+// value the engine does not support raises Unsupported naming the node and its op type, as does an
+// opset of the default domain above 22, or below 7 for an op whose early definition differs (Add,
+// Mul, Gemm, Reshape, ...).
 //
 //   cnn::Graph g = cnn::import_onnx("mobilenet_v2.onnx");
 //   cnn::Executor ex(g, {.threads = 2});   // executor.h
@@ -33,6 +35,10 @@ namespace tandem::cnn {
 struct ImportOptions {
   int64_t batch = 1;  // value for a symbolic (dim_param) or zero leading input dimension
   bool fuse = true;   // fold BN and fuse activations (off: one cnn::Node per ONNX node)
+  // Memory a run may use; 0: the host's memory (or the address-space limit when lower). A model
+  // whose weights plus the inputs and outputs of some node exceed it is refused at import
+  // (Infeasible naming the node, the tensor and the bytes).
+  int64_t max_memory_bytes = 0;
 };
 
 // Reads `path`; external data files are resolved relative to its directory.

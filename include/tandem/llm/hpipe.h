@@ -43,6 +43,7 @@
 #include "tandem/core/cluster.h"
 #include "tandem/export.h"
 #include "tandem/llm/hpipe_profile.h"
+#include "tandem/sched/plan.h"
 #include "tandem/sched/simulator.h"
 
 namespace tandem::llm::hpipe {
@@ -68,6 +69,8 @@ struct Prediction {
   std::string source;
 };
 
+inline constexpr int kMaxBatch = 4096;  // requests prefilled together
+
 struct TANDEM_API PipelinePlan {
   std::string system;   // hpipe | gpipe | gp-b | terapipe | base | uniform-K
   std::string cluster;  // path or name of the ClusterSpec
@@ -82,11 +85,23 @@ struct TANDEM_API PipelinePlan {
   std::vector<int> cuts() const;  // c_0 = 0 < c_1 < ... < c_N = n
   nlohmann::json to_json() const;
   // ParseError naming `where` and the field for anything malformed (slices not summing to
-  // prompt_len, layer ranges not contiguous, unknown kind, ...).
+  // prompt_len, layer ranges not contiguous, "cuts" other than the stages' boundaries, batch
+  // past kMaxBatch, unknown kind, ...).
   static PipelinePlan from_json(const nlohmann::json& j, const std::string& where = "plan");
   static PipelinePlan load(const std::string& path);
   void save(const std::string& path) const;
 };
+
+// A runtime plan of "llm.layers" stages (what `tandem pipeline run` reads) checked as an HPipe
+// plan (from_json; absent slices are one slice of prompt_len, an absent sha256 is not checked)
+// and, when the GGUF file is readable here, against its model: the stages must run layers
+// [0, n_layers) exactly once. ParseError naming `where` otherwise. (A worker's stage refuses a
+// head that does not end at the last layer, so a coordinator without the file is covered too.)
+TANDEM_API PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan,
+                                           const std::string& where);
+// The same model and slices as one stage on the first stage's device: the independent
+// single-device run that `pipeline run --verify` compares a split plan against.
+TANDEM_API sched::PipelinePlan single_device_plan(const PipelinePlan& plan);
 
 // Seconds one stage takes for s tokens after c cached ones on its device (compute only).
 TANDEM_API double stage_compute_s(const ModelProfile& prof, const DeviceProfile& dev,

@@ -76,7 +76,7 @@ TANDEM_API std::vector<TokenCluster> dbac_clusters(std::span<const float> x, con
 
 // ClusterAttn's parameters. The calibration file (tandem kv-calibrate) is JSON:
 //   {"policy": "clusterattn", "window": 32, "pool": 5, "eps": 2, "rho": 1.0, "min_len": 1,
-//    "per_head_fixed": false, ...extra keys ignored}
+//    "per_head_fixed": false, ...extra keys ignored}; "policy": "clusterattn" is required.
 struct ClusterAttnParams {
   int window = 32;              // observation window (tokens), kept whole
   int pool = 5;                 // avg-pool kernel over the votes (0 or 1: off)

@@ -47,9 +47,10 @@ struct KvPolicyInfo {
   std::string description;  // one line for --help and kv-eval tables
 };
 
-// Registers a factory; InvalidArgument for an empty or repeated name or a name containing '+'.
+// Registers a factory and the KvPolicyOptions::extra keys it reads (`settings`); InvalidArgument
+// for an empty or repeated name or a name containing '+'.
 TANDEM_API void register_kv_policy(const std::string& name, const std::string& description,
-                                   KvPolicyFactory factory);
+                                   KvPolicyFactory factory, std::vector<std::string> settings = {});
 // Builds the policy named by `spec`: one registered name, or names joined by '+' (a chain whose
 // hooks run left to right; query_window() is the largest of its members').
 TANDEM_API std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec,
@@ -61,12 +62,18 @@ TANDEM_API std::shared_ptr<KvPolicy> make_kv_policy(const std::string& spec,
 TANDEM_API void set_kv_calibration(KvPolicyOptions& options, const std::string& arg);
 // Registered policies, sorted by name.
 TANDEM_API std::vector<KvPolicyInfo> kv_policies();
+// InvalidArgument naming `flag` when a key of `extra` is a setting of none of the policies that
+// `specs` name (each a name or a '+' chain), or when a spec names an unknown policy. Factories
+// ignore keys they do not read, so a typo ("windw=8") would otherwise be silently dropped.
+TANDEM_API void check_kv_settings(const std::vector<std::string>& specs,
+                                  const std::map<std::string, std::string>& extra,
+                                  const std::string& flag);
 
 // Static self-registration: `static KvPolicyRegistration reg("h2o", "...", factory);`
 struct TANDEM_API KvPolicyRegistration {
   KvPolicyRegistration(const std::string& name, const std::string& description,
-                       KvPolicyFactory factory) {
-    register_kv_policy(name, description, std::move(factory));
+                       KvPolicyFactory factory, std::vector<std::string> settings = {}) {
+    register_kv_policy(name, description, std::move(factory), std::move(settings));
   }
 };
 

@@ -66,15 +66,24 @@ TANDEM_API std::unique_ptr<ServingPolicy> make_policy(const RecModel& model, Exe
                                                       const PolicyOptions& options);
 TANDEM_API std::vector<std::string> policy_names();
 
+inline constexpr double kMaxOpenLoopRateQps = 1e6;
+
 struct LoadOptions {
   int clients = 1;        // closed loop: concurrent clients (1..64+)
   double duration_s = 5;  // measured time
   double warmup_s = 0.5;  // responses that arrive earlier are not counted
-  double rate_qps = 0;    // > 0: open loop with Poisson arrivals at this rate (clients ignored)
+  double rate_qps = 0;    // > 0: open loop with Poisson arrivals at this rate (clients ignored),
+                          // at most kMaxOpenLoopRateQps
+  // Open loop: queries submitted and not yet answered, at most. An arrival that finds this many
+  // outstanding is dropped and counted (back-pressure), so an overloaded policy cannot queue
+  // without bound.
+  int64_t max_outstanding = 1024;
   uint64_t seed = 1;
   // Called for every response with the index of its query in the pool (any thread).
   std::function<void(size_t pool_index, const Response&)> on_response;
 };
+
+inline constexpr double kLateArrivalS = 1e-3;
 
 struct Percentiles {
   double mean = 0, p50 = 0, p95 = 0, p99 = 0, max = 0;
@@ -86,6 +95,9 @@ struct TANDEM_API LoadStats {
   int clients = 0;
   double rate_qps = 0;
   int64_t completed = 0, errors = 0;
+  // Open loop: arrivals dropped because max_outstanding queries were outstanding, and arrivals
+  // submitted more than kLateArrivalS after their scheduled time (the generator fell behind).
+  int64_t dropped = 0, late = 0;
   double measured_s = 0, throughput_qps = 0, rows_per_s = 0;
   Percentiles latency_ms, queue_ms, service_ms;
   double mean_batch_rows = 0;

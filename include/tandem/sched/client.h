@@ -18,6 +18,7 @@
 // Thread-safety: one thread per client (it owns a zmq socket).
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,10 @@ struct ClientOptions {
   double heartbeat_interval_s = 0.1;
   double heartbeat_timeout_s = 1.0;
   double connect_timeout_s = 5.0;  // for hello(): handshake + first answer
+  // configure(): building a stage (loading its model) must finish within this, heartbeats or
+  // not; TransportError past it. A worker whose stage never finishes loading cannot hold the
+  // coordinator forever.
+  double configure_timeout_s = 300.0;
   bool checksum = true;
   int max_resends = 3;  // re-sends of a request the worker reports it never received
   WireLimits limits;
@@ -65,7 +70,9 @@ class TANDEM_API WorkerClient {
   uint64_t bytes_received() const { return bytes_received_; }
 
  private:
-  Message call(Message m, double first_answer_timeout_s);
+  // total_timeout_s: the longest wait for the answer even while the worker keeps answering pings.
+  Message call(Message m, double first_answer_timeout_s,
+               double total_timeout_s = std::numeric_limits<double>::infinity());
   void send_or_lost(std::shared_ptr<const std::string> frame, MsgType what, uint64_t seq);
   bool ever_heard_ = false;
   std::string endpoint_;

@@ -40,11 +40,18 @@ std::shared_ptr<const Model> shared_model(const std::string& path, const std::st
   return m;
 }
 
+// A layer index: checked in 64 bits before it is narrowed (2^40 must not wrap to 0).
 int int_config(const nlohmann::json& c, const char* key) {
   if (!c.contains(key) || !c[key].is_number_integer()) {
     throw InvalidArgument(cat("llm.layers: config '", key, "' missing or not an integer"));
   }
-  return c[key].get<int>();
+  const nlohmann::json& v = c[key];
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t{1} << 20
+                             : (v.get<int64_t>() < 0 || v.get<int64_t>() > int64_t{1} << 20)) {
+    throw InvalidArgument(
+        cat("llm.layers: config '", key, "' = ", v.dump(), " is not a layer index in [0, 2^20]"));
+  }
+  return v.get<int>();
 }
 
 bool bool_config(const nlohmann::json& c, const char* key) {
@@ -71,6 +78,16 @@ class LayerStage : public sched::Stage {
       throw InvalidArgument(
           cat("llm.layers: layers [", first_, ", ", last_, ") outside the model's ", n, " layers"));
     }
+    // The embedding feeds layer 0 and the head reads the last layer: a pipeline whose ends are
+    // elsewhere would skip layers.
+    if (options_.embed && first_ != 0)
+      throw InvalidArgument(
+          cat("llm.layers: a stage with \"embed\" must start at layer 0, not ", first_));
+    if (options_.head && last_ != n)
+      throw InvalidArgument(
+          cat("llm.layers: a stage with \"head\" must end at the model's last "
+              "layer ",
+              n, ", not ", last_));
   }
   std::string kind() const override { return "llm.layers"; }
 

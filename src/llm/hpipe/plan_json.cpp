@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // PipelinePlan <-> JSON in the pipeline plan contract shared with the runtime (hpipe.h).
 #include <cmath>
+#include <filesystem>
 
 #include "core/json_reader.h"
 #include "tandem/core/error.h"
+#include "tandem/llm/gguf.h"
 #include "tandem/llm/hpipe.h"
+#include "tandem/llm/model.h"
 
 namespace tandem::llm::hpipe {
 namespace {
@@ -24,7 +27,8 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key, const std:
 int int_field(const nlohmann::json& j, const char* key, const std::string& where, int lo) {
   const nlohmann::json& v = field(j, key, where);
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > (1 << 30)) {
-    throw parse_error(cat(where, ".", key, ": expected an integer >= ", lo, ", got ", v.dump()));
+    throw parse_error(
+        cat(where, ".", key, ": expected an integer in [", lo, ", 2^30], got ", v.dump()));
   }
   return v.get<int>();
 }
@@ -84,6 +88,8 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
   p.prompt_len = int_field(j, "prompt_len", where, 1);
   p.micro_batches = int_field(j, "micro_batches", where, 1);
   p.batch = j.contains("batch") ? int_field(j, "batch", where, 1) : p.micro_batches;
+  if (p.batch > kMaxBatch)
+    throw parse_error(cat(where, ".batch: ", p.batch, " requests exceed the limit of ", kMaxBatch));
   if (p.batch % p.micro_batches != 0) {
     throw parse_error(
         cat(where, ": batch ", p.batch, " is not a multiple of micro_batches ", p.micro_batches));
@@ -130,7 +136,7 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
       throw parse_error(cat(wc, ": empty layer range [", s.first_layer, ", ", s.last_layer, ")"));
     }
     if (i > 0 && s.first_layer != p.stages.back().last_layer) {
-      throw parse_error(cat(wc, ".first_layer ", s.first_layer, " does not continue stage ", i - 1,
+      throw parse_error(cat(wc, ".first_layer: ", s.first_layer, " does not continue stage ", i - 1,
                             " (which ends at ", p.stages.back().last_layer, ")"));
     }
     if (s.embed != (i == 0) || s.head != (i + 1 == st.size())) {
@@ -140,6 +146,11 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
   }
   if (p.stages.front().first_layer != 0)
     throw parse_error(cat(where, ".stages[0]: must start at layer 0"));
+  if (j.contains("cuts") && j["cuts"] != nlohmann::json(p.cuts())) {
+    throw parse_error(cat(where, ".cuts: ", j["cuts"].dump(),
+                          " differ from the stages' layer ranges ",
+                          nlohmann::json(p.cuts()).dump()));
+  }
   if (j.contains("predicted")) {
     const nlohmann::json& pr = j["predicted"];
     if (!pr.is_object()) throw parse_error(cat(where, ".predicted: expected an object"));
@@ -162,6 +173,40 @@ PipelinePlan PipelinePlan::from_json(const nlohmann::json& j, const std::string&
     if (pr.contains("source") && pr["source"].is_string()) p.predicted.source = pr["source"];
   }
   return p;
+}
+
+PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan, const std::string& where) {
+  // What the runtime lets a plan leave out: slices (one of prompt_len tokens), prompt_len (the
+  // slices' sum), a stage's sha256 (not checked).
+  nlohmann::json j = plan.to_json();
+  if (plan.prompt_len <= 0 && !plan.slices.empty()) {
+    int64_t sum = 0;
+    for (int64_t s : plan.slices) sum += s;
+    j["prompt_len"] = sum;
+  }
+  if (plan.slices.empty() && plan.prompt_len > 0) j["slices"] = {plan.prompt_len};
+  for (auto& s : j["stages"])
+    if (s["stage"].is_object() && !s["stage"].contains("sha256")) s["stage"]["sha256"] = "";
+  PipelinePlan p = PipelinePlan::from_json(j, where);
+  // The model is read here when it is here: a coordinator may not hold the workers' files (each
+  // worker's stage then checks that its head ends at the last layer).
+  std::error_code ec;
+  if (!std::filesystem::exists(p.model_path, ec)) return p;
+  const int n = ModelConfig::from_gguf(GgufFile(p.model_path)).n_layers;
+  const int end = p.stages.back().last_layer;
+  if (end != n) {
+    throw parse_error(cat(where, ".stages[", p.stages.size() - 1,
+                          "].stage.last_layer: the stages end at layer ", end, " but '",
+                          p.model_path, "' has ", n, " layers (each must run exactly once)"));
+  }
+  return p;
+}
+
+sched::PipelinePlan single_device_plan(const PipelinePlan& plan) {
+  PipelinePlan one = plan;
+  one.stages = {
+      StagePlan{plan.stages.front().device, 0, plan.stages.back().last_layer, true, true}};
+  return sched::PipelinePlan::from_json(one.to_json(), "single-device reference");
 }
 
 PipelinePlan PipelinePlan::load(const std::string& path) {

@@ -254,7 +254,14 @@ std::vector<int> slice_tokens(const ModelProfile& prof, const ClusterSpec& cl,
       best_back = back;
     }
   }
-  TANDEM_CHECK(!best_back.empty()) << "slice_tokens: no feasible t_max";
+  if (best_back.empty()) {
+    throw Infeasible(cat("HPipe: no slicing of the ", prompt_len,
+                         "-token prompt has a finite predicted latency on this cluster (the "
+                         "slowest stage needs ",
+                         floor_t, " s for one ", g,
+                         "-token step); check the devices' speeds and the links' bandwidth and "
+                         "latency"));
+  }
   std::vector<int> slices;
   for (int e = n; e > 0; e = best_back[e]) slices.push_back(tok(e) - tok(best_back[e]));
   std::reverse(slices.begin(), slices.end());

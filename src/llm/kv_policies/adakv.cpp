@@ -63,7 +63,8 @@ KvPolicyRegistration registration(
     "adakv", "SnapKV scores, one top-k over a layer's heads with a per-head safeguard (alpha=0.2)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<AdaKvPolicy>(o, s);
-    });
+    },
+    {"pool", "alpha"});
 
 }  // namespace
 }  // namespace tandem::llm

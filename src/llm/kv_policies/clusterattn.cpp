@@ -76,7 +76,8 @@ KvPolicyRegistration registration(
     "window appended (calibration file or extra pool/eps/rho/min_len)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<ClusterAttnPolicy>(o, s);
-    });
+    },
+    {"pool", "eps", "rho", "min_len", "per_head_fixed"});
 
 }  // namespace
 }  // namespace tandem::llm

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // DBAC density clustering on the token axis and the ClusterAttn parameter file (kv_policies.h).
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json.h"
 #include "tandem/llm/kv_policies.h"
 
 namespace tandem::llm {
@@ -58,18 +60,15 @@ std::vector<TokenCluster> dbac_clusters(std::span<const float> x, const DbacPara
 }
 
 ClusterAttnParams load_clusterattn_params(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw NotFound("ClusterAttn calibration file '" + path + "' cannot be opened");
+  if (!std::filesystem::exists(path))
+    throw NotFound("ClusterAttn calibration file '" + path + "' cannot be opened");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError(path, 0, std::string("not valid JSON: ") + e.what());
+    j = read_json_file(path);
+  } catch (const IoError& e) {
+    throw IoError(cat("ClusterAttn calibration: ", e.what()));
   }
   if (!j.is_object()) throw ParseError(path, 0, "the top level must be a JSON object");
-  if (j.contains("policy") && j["policy"] != "clusterattn") {
-    throw ParseError(path, 0, "field 'policy' is not \"clusterattn\"");
-  }
   ClusterAttnParams p;
   auto get_int = [&](const char* key, int& v, int lo, int hi) {
     if (!j.contains(key)) return;
@@ -94,6 +93,13 @@ ClusterAttnParams load_clusterattn_params(const std::string& path) {
       throw ParseError(path, 0, "field 'per_head_fixed' must be true or false");
     }
     p.per_head_fixed = j["per_head_fixed"].get<bool>();
+  }
+  // Checked last so that a bad field is named first; `{}` or another policy's file (a QoKV
+  // calibration) would otherwise silently give the defaults.
+  if (!j.contains("policy") || j["policy"] != "clusterattn") {
+    throw ParseError(path, 0,
+                     "field 'policy' must be \"clusterattn\" (not a ClusterAttn calibration "
+                     "file; `tandem kv-calibrate` writes one)");
   }
   return p;
 }

@@ -103,7 +103,8 @@ KvPolicyRegistration registration(
     "h2o", "heavy hitters by accumulated attention + recent tokens (extra recent_ratio=0.5)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<H2oPolicy>(o, s);
-    });
+    },
+    {"recent_ratio"});
 
 }  // namespace
 }  // namespace tandem::llm

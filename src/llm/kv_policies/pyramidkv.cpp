@@ -45,7 +45,8 @@ KvPolicyRegistration registration(
     "pyramidkv", "SnapKV scores, per-layer budgets falling linearly with depth (extra beta=20)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<PyramidKvPolicy>(o, s);
-    });
+    },
+    {"pool", "beta"});
 
 }  // namespace
 }  // namespace tandem::llm

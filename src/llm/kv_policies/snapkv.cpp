@@ -34,7 +34,8 @@ KvPolicyRegistration registration(
     "snapkv", "window attention, pooled (extra pool=5, max_pool=0), top-k per head + window",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<SnapKvPolicy>(o, s);
-    });
+    },
+    {"pool", "max_pool"});
 
 }  // namespace
 }  // namespace tandem::llm

@@ -53,7 +53,8 @@ KvPolicyRegistration registration(
     "streamingllm", "attention sinks (extra sinks=4) + the most recent tokens, rolling in decode",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<StreamingLlmPolicy>(o, s);
-    });
+    },
+    {"sinks"});
 
 }  // namespace
 }  // namespace tandem::llm

@@ -7,12 +7,14 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json.h"
 #include "tandem/llm/kv_quant.h"
 
 namespace tandem::llm {
 namespace {
 
 constexpr const char* kFormat = "tandem-qokv-calibration";
+constexpr size_t kMaxGroups = 1024;
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw InvalidArgument(cat("QoKV calibration ", where, ": ", what));
@@ -72,8 +74,8 @@ void save_qokv_calibration(const QokvCalibration& c, const std::string& path) {
 QokvCalibration parse_qokv_calibration(const std::string& text, const std::string& where) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+    j = parse_json(text, where);
+  } catch (const ParseError& e) {
     fail(where, cat("not JSON (", e.what(), ")"));
   }
   const auto& fmt = field(j, "format", where, "");
@@ -106,8 +108,9 @@ QokvCalibration parse_qokv_calibration(const std::string& text, const std::strin
     const auto& lj = layers[static_cast<size_t>(l)];
     QokvLayerCalibration lc;
     const auto& fr = field(lj, "group_fractions", where, p);
-    if (!fr.is_array() || fr.empty() || fr.size() > 1024) {
-      fail(where, cat("'", p, "group_fractions' must be a non-empty array"));
+    if (!fr.is_array() || fr.empty() || fr.size() > kMaxGroups) {
+      fail(where, cat("'", p, "group_fractions' must be an array of 1 to ", kMaxGroups,
+                      " fractions, got ", fr.is_array() ? cat(fr.size(), " entries") : fr.dump()));
     }
     double sum = 0;
     for (const auto& e : fr) {
@@ -138,11 +141,13 @@ QokvCalibration parse_qokv_calibration(const std::string& text, const std::strin
 }
 
 QokvCalibration load_qokv_calibration(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(cat("QoKV calibration: cannot open '", path, "'"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_qokv_calibration(ss.str(), "'" + path + "'");
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const IoError& e) {
+    throw IoError(cat("QoKV calibration: ", e.what()));
+  }
+  return parse_qokv_calibration(text, "'" + path + "'");
 }
 
 }  // namespace tandem::llm

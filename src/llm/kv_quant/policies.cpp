@@ -368,21 +368,25 @@ constexpr KvQuantFormat affine(int bits, int group) {
 }
 
 const KvPolicyRegistration kInt8("int8", "uniform int8 K and V per token (scale + zero)",
-                                 block_factory("int8", affine(8, 0), affine(8, 0), 0));
+                                 block_factory("int8", affine(8, 0), affine(8, 0), 0),
+                                 {"residual"});
 const KvPolicyRegistration kInt4("int4", "uniform int4 K and V per token (scale + zero)",
-                                 block_factory("int4", affine(4, 0), affine(4, 0), 0));
+                                 block_factory("int4", affine(4, 0), affine(4, 0), 0),
+                                 {"residual"});
 const KvPolicyRegistration kQ80("q8_0", "llama.cpp q8_0 K and V (32-value blocks, f16 scale)",
                                 block_factory("q8_0", {KvCodec::kBlock32, 8, 0, false},
-                                              {KvCodec::kBlock32, 8, 0, false}, 0));
+                                              {KvCodec::kBlock32, 8, 0, false}, 0),
+                                {"residual"});
 const KvPolicyRegistration kQ40("q4_0", "llama.cpp q4_0 K and V (32-value blocks, f16 scale)",
                                 block_factory("q4_0", {KvCodec::kBlock32, 4, 0, false},
-                                              {KvCodec::kBlock32, 4, 0, false}, 0));
+                                              {KvCodec::kBlock32, 4, 0, false}, 0),
+                                {"residual"});
 const KvPolicyRegistration kKivi2(
     "kivi2", "KIVI 2-bit: K per channel, V per token (groups of 32), f32 residual of 32 tokens",
-    block_factory("kivi2", {KvCodec::kChannel, 2, 0, false}, affine(2, 32), 32));
+    block_factory("kivi2", {KvCodec::kChannel, 2, 0, false}, affine(2, 32), 32), {"residual"});
 const KvPolicyRegistration kKivi4(
     "kivi4", "KIVI 4-bit: K per channel, V per token (groups of 32), f32 residual of 32 tokens",
-    block_factory("kivi4", {KvCodec::kChannel, 4, 0, false}, affine(4, 32), 32));
+    block_factory("kivi4", {KvCodec::kChannel, 4, 0, false}, affine(4, 32), 32), {"residual"});
 
 const KvPolicyRegistration kQokv(
     "qokv",
@@ -414,7 +418,9 @@ const KvPolicyRegistration kQokv(
                 s.v_group, " (0: symmetric per token, else 1..4096 channels)"));
       }
       return std::make_shared<QokvPolicy>(std::move(s), shape);
-    });
+    },
+    {"ratio", "decode_ratio", "groups", "residual", "vbits", "vgroup", "scales", "f16_residual",
+     "window"});
 
 }  // namespace
 }  // namespace tandem::llm
