@@ -39,18 +39,25 @@ ModelProfile tiny_profile(int n_layers) {
   return p;
 }
 
+// "d<i>", built with += (GCC 12 reports a false -Wstringop-overflow for "d" + std::string&& at -O3).
+std::string dev_name(size_t i) {
+  std::string name = "d";
+  name += std::to_string(i);
+  return name;
+}
+
 ClusterSpec cluster(const std::vector<double>& speeds, double mem = 1e12, double bw = 1.25e8) {
   nlohmann::json j;
   for (size_t i = 0; i < speeds.size(); ++i) {
-    j["devices"].push_back({{"name", "d" + std::to_string(i)},
+    j["devices"].push_back({{"name", dev_name(i)},
                             {"peak_flops", 1e12 * speeds[i]},
                             {"mem_bandwidth_bytes_per_s", 1e11},
                             {"mem_bytes", mem},
                             {"speed_factor", speeds[i]},
                             {"power_w", 100.0 * speeds[i]}});
     if (i > 0) {
-      j["links"].push_back({{"from", "d" + std::to_string(i - 1)},
-                            {"to", "d" + std::to_string(i)},
+      j["links"].push_back({{"from", dev_name(i - 1)},
+                            {"to", dev_name(i)},
                             {"bandwidth_bytes_per_s", bw},
                             {"latency_s", 1e-4}});
     }
