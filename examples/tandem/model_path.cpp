@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "model_path.h"
 
+#include <map>
+
 #include "report.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model_store.h"
@@ -15,6 +17,17 @@ std::string resolve_model_path(const std::string& model_arg, bool progress) {
     line.update(total > 0 ? cat(stage, ": ", 100 * done / total, "%") : stage);
   };
   return llm::default_model_path(fo);
+}
+
+CLI::Option* add_decode_option(CLI::App* sub, llm::DecodeArithmetic& decode) {
+  const std::map<std::string, llm::DecodeArithmetic> names = {
+      {"int8", llm::DecodeArithmetic::kInt8}, {"f32", llm::DecodeArithmetic::kF32}};
+  return sub
+      ->add_option("--decode", decode,
+                   "Arithmetic of single-token (decode) steps. int8 (the default): activations "
+                   "rounded to int8 blocks for the quantized matrices, integer dot products, as "
+                   "llama.cpp decodes; f32: f32 activations, the reference")
+      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case));
 }
 
 }  // namespace tandem::cli
