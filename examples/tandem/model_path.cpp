@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "model_path.h"
 
-#include <map>
-
 #include "report.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model_store.h"
@@ -20,14 +18,17 @@ std::string resolve_model_path(const std::string& model_arg, bool progress) {
 }
 
 CLI::Option* add_decode_option(CLI::App* sub, llm::DecodeArithmetic& decode) {
-  const std::map<std::string, llm::DecodeArithmetic> names = {
-      {"int8", llm::DecodeArithmetic::kInt8}, {"f32", llm::DecodeArithmetic::kF32}};
   return sub
-      ->add_option("--decode", decode,
-                   "Arithmetic of single-token (decode) steps. int8 (the default): activations "
-                   "rounded to int8 blocks for the quantized matrices, integer dot products, as "
-                   "llama.cpp decodes; f32: f32 activations, the reference")
-      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case));
+      ->add_option_function<std::string>(
+          "--decode",
+          [&decode](const std::string& name) {
+            decode = name == "f32" ? llm::DecodeArithmetic::kF32 : llm::DecodeArithmetic::kInt8;
+          },
+          "Arithmetic of single-token (decode) steps. int8 (the default): activations "
+          "rounded to int8 blocks for the quantized matrices, integer dot products, as "
+          "llama.cpp decodes; f32: f32 activations, the reference")
+      ->check(CLI::IsMember({"int8", "f32"}))
+      ->type_name("int8|f32");
 }
 
 }  // namespace tandem::cli

@@ -582,7 +582,7 @@ TEST(ModelReal, SmolLM2Int8DecodeStepWithinItsRoundingBound) {
   const nlohmann::json ref = nlohmann::json::parse(in);
   const Model m = Model::load(path);
   const int points = 4 * m.config().n_layers + 1;
-  const double bound = std::sqrt(double{points}) * std::sqrt(32.0 / 12.0) / 127.0;
+  const double bound = std::sqrt(static_cast<double>(points)) * std::sqrt(32.0 / 12.0) / 127.0;
   for (const auto& p : ref.at("prompts")) {
     SCOPED_TRACE(p.at("name").get<std::string>());
     const auto prompt = p.at("prompt_ids").get<std::vector<int32_t>>();
