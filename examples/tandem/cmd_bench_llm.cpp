@@ -5,6 +5,7 @@
 //            --batch tokens (only the last row's logits), tokens / wall time     (llama-bench pp)
 //   decode   --gen single-token forward passes from an empty cache, each feeding back the greedy
 //            choice of the previous one, tokens / wall time                      (llama-bench tg)
+//            (--decode int8, the default: int8 activations as llama.cpp; --decode f32: reference)
 //   TTFT     prefill of the prompt plus choosing the first token
 // Each is repeated -r times after one warm-up run; mean and stddev are reported. Also: KV-cache
 // bytes after prompt + gen tokens, the allocator's peak bytes during the runs, weight bytes, and
@@ -56,7 +57,7 @@ struct BenchLlmOptions {
   int threads = 0;
   int repetitions = 3;
   bool no_bandwidth = false;
-  bool int8 = false;
+  llm::DecodeArithmetic decode = llm::DecodeArithmetic::kInt8;
   std::string output = "md";
   bool no_progress = false;
   std::string kv_policy;  // non-empty: long-context decode with this policy
@@ -93,14 +94,15 @@ double run_prefill(const llm::Model& m, const std::vector<int32_t>& ids, int bat
 }
 
 // `gen` decode steps from an empty cache starting with `start`; returns seconds.
-double run_decode(const llm::Model& m, int32_t start, int gen, llm::KvCache& cache, bool int8) {
+double run_decode(const llm::Model& m, int32_t start, int gen, llm::KvCache& cache,
+                  llm::DecodeArithmetic decode) {
   cache.clear();
   int32_t tok = start;
   const auto t0 = Clock::now();
   for (int i = 0; i < gen; ++i) {
     const int32_t p = i;
     const Tensor logits =
-        m.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .int8_activations = int8});
+        m.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .decode = decode});
     tok = argmax(logits);
   }
   return since(t0);
@@ -193,7 +195,7 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
     const auto td = Clock::now();
     for (int i = 0; i < steps; ++i, ++p) {
       const Tensor logits =
-          model.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .int8_activations = o.int8});
+          model.forward({&tok, 1}, {&p, 1}, cache, {.last_only = true, .decode = o.decode});
       tok = argmax(logits);
       policy->on_decode_step(cache);
     }
@@ -221,7 +223,7 @@ int run_policy_bench(const BenchLlmOptions& o, const llm::Model& model, const st
                                 {"gen", o.gen},
                                 {"repetitions", o.repetitions},
                                 {"threads", cpu_num_threads()},
-                                {"int8", o.int8}}},
+                                {"decode", llm::decode_arithmetic_name(o.decode)}}},
                               {"results",
                                {{"prefill_s", prefill_s},
                                 {"policy_s", policy_s},
@@ -270,7 +272,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
     const double tp = run_prefill(model, prompt, o.batch, cache, &first);
     progress.update(cat("bench-llm: ", r < 0 ? "warm-up" : "run " + std::to_string(r + 1),
                         ", decode ", o.gen, " tokens"));
-    const double td = o.gen > 0 ? run_decode(model, first, o.gen, cache, o.int8) : 0.0;
+    const double td = o.gen > 0 ? run_decode(model, first, o.gen, cache, o.decode) : 0.0;
     if (r < 0) continue;
     prefill_tps.push_back(o.prompt_tokens / tp);
     ttft_s.push_back(tp);
@@ -330,7 +332,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
                           {"batch", o.batch},
                           {"threads", threads},
                           {"repetitions", o.repetitions},
-                          {"int8_activations", o.int8}}},
+                          {"decode", llm::decode_arithmetic_name(o.decode)}}},
                         {"results",
                          {{"prefill_tokens_per_s", stat_json(prefill_tps)},
                           {"decode_tokens_per_s", stat_json(decode_tps)},
@@ -365,8 +367,9 @@ int run_bench_llm(const BenchLlmOptions& o) {
       model.weight_bytes() / 1048576.0);
   if (o.gen > 0) {
     std::printf(
-        "decode %.2f ms/token over %d layers: about %.3f ms per layer (byte-proportional share)\n",
-        ms_per_token, c.n_layers, ms_per_layer);
+        "decode (%s activations) %.2f ms/token over %d layers: about %.3f ms per layer "
+        "(byte-proportional share)\n",
+        llm::decode_arithmetic_name(o.decode), ms_per_token, c.n_layers, ms_per_layer);
   }
   if (bandwidth > 0 && o.gen > 0) {
     std::printf(
@@ -402,8 +405,11 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("-r,--repetitions", o->repetitions, "Measured runs after one warm-up")
       ->check(CLI::Range(1, 1000));
   sub->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the memory-bandwidth measurement");
-  sub->add_flag("--int8", o->int8,
-                "Decode with int8-rounded activations and integer dot products (llama.cpp's way)");
+  CLI::Option* decode = add_decode_option(sub, o->decode);
+  sub->add_flag_callback(
+         "--int8", [o] { o->decode = llm::DecodeArithmetic::kInt8; },
+         "Same as --decode int8, the default since 2026-12-03 (accepted for older scripts)")
+      ->excludes(decode);
   sub->add_option("-o,--output", o->output, "Output format")->check(CLI::IsMember({"md", "json"}));
   sub->add_flag("--no-progress", o->no_progress, "No progress line on stderr");
   sub->add_option("--kv-policy", o->kv_policy,

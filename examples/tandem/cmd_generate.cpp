@@ -140,6 +140,7 @@ int run_generate(const GenerateOptions& o) {
   g.prefill_chunk = o.prefill_chunk;
   g.sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed};
   g.stop_ids = tokenizer.eog_ids();
+  g.decode = o.decode;
   llm::Detokenizer detok(tokenizer, /*render_special=*/false);
   if (o.echo) {
     std::fputs(o.prompt.c_str(), stdout);

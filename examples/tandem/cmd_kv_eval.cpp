@@ -41,6 +41,7 @@ struct KvEvalCliOptions {
   std::vector<std::string> extra;
   int threads = 0;
   int prefill_chunk = 512;
+  llm::DecodeArithmetic decode = llm::DecodeArithmetic::kInt8;
   std::string json_path;
   bool no_progress = false;
 };
@@ -68,6 +69,7 @@ int run_kv_eval_cli(const KvEvalCliOptions& o) {
   c.text_offset = o.offset;
   c.calibration_path = o.calibration;
   c.prefill_chunk = o.prefill_chunk;
+  c.decode = o.decode;
   for (const std::string& kv : o.extra) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -135,6 +137,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(1, 1 << 20));
+  add_decode_option(sub, o->decode);
   sub->add_option("--json", o->json_path, "Also write the full record as JSON here");
   sub->add_flag("--no-progress", o->no_progress, "No progress on stderr");
   return Command{sub, [o] { return run_kv_eval_cli(*o); }};

@@ -44,6 +44,7 @@ struct PerplexityCliOptions {
   std::vector<std::string> kv_set;  // key=value policy settings
   int kv_step = 32;
   int kv_window = 32;
+  llm::DecodeArithmetic decode = llm::DecodeArithmetic::kInt8;  // single-token forwards
 };
 
 std::string read_text(const std::string& path) {
@@ -68,7 +69,8 @@ int run_perplexity(const PerplexityCliOptions& o) {
   llm::PerplexityOptions p{.ctx = o.ctx,
                            .chunks = o.chunks,
                            .batch = o.batch,
-                           .bos_id = add_bos ? tokenizer.bos_id() : -1};
+                           .bos_id = add_bos ? tokenizer.bos_id() : -1,
+                           .decode = o.decode};
   if (!o.kv_policy.empty()) {
     llm::KvPolicyOptions kopt;
     if (!o.kv_calibration.empty()) llm::set_kv_calibration(kopt, o.kv_calibration);
@@ -121,7 +123,8 @@ int run_perplexity(const PerplexityCliOptions& o) {
                                 {"add_bos", add_bos},
                                 {"kv_policy", o.kv_policy.empty() ? "none" : o.kv_policy},
                                 {"kv_calibration", o.kv_calibration},
-                                {"kv_step", o.kv_step}}},
+                                {"kv_step", o.kv_step},
+                                {"decode", llm::decode_arithmetic_name(o.decode)}}},
                               {"results",
                                {{"ppl", r.ppl},
                                 {"ppl_error", r.ppl_error},
@@ -177,6 +180,11 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--kv-window", o->kv_window, "Observed query window of the policy")
       ->check(CLI::Range(1, 1 << 20));
+  add_decode_option(sub, o->decode)
+      ->description(
+          "Arithmetic of single-token forwards (-b 1, --kv-step 1): int8 (the default) rounds "
+          "activations to int8 blocks as llama.cpp decodes; f32 is the reference. Longer "
+          "forwards compute in f32 either way");
   return Command{sub, [o] { return run_perplexity(*o); }};
 });
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/llm/model.h"
+
 namespace tandem::cli {
 
 // For string options where an empty value would silently mean "not given" (--kv-quant '').
@@ -77,7 +79,8 @@ struct GenerateOptions {
   std::string kv_budget;           // tokens per (layer, KV head) or N% of the prompt
   int kv_window = 32;              // observation window / recent tokens
   std::string kv_calibration;      // calibration file (ClusterAttn, QoKV)
-  std::vector<std::string> kv_extra;  // policy settings key=value
+  std::vector<std::string> kv_extra;                            // policy settings key=value
+  llm::DecodeArithmetic decode = llm::DecodeArithmetic::kInt8;  // of the single-token steps
   bool no_progress = false;
 };
 

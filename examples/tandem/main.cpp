@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "model_path.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
@@ -170,6 +171,7 @@ int main(int argc, char** argv) {
   generate->add_option("--kv-calibration", go.kv_calibration,
                        "KV-policy calibration file, or NAME=FILE[,NAME=FILE] per chain member");
   generate->add_option("--kv-extra", go.kv_extra, "KV-policy setting key=value (repeatable)");
+  tandem::cli::add_decode_option(generate, go.decode);
   generate->add_flag("--no-progress", go.no_progress, "No progress on stderr while fetching");
 
   std::vector<tandem::cli::Command> registered;

@@ -17,4 +17,18 @@ std::string resolve_model_path(const std::string& model_arg, bool progress) {
   return llm::default_model_path(fo);
 }
 
+CLI::Option* add_decode_option(CLI::App* sub, llm::DecodeArithmetic& decode) {
+  return sub
+      ->add_option_function<std::string>(
+          "--decode",
+          [&decode](const std::string& name) {
+            decode = name == "f32" ? llm::DecodeArithmetic::kF32 : llm::DecodeArithmetic::kInt8;
+          },
+          "Arithmetic of single-token (decode) steps. int8 (the default): activations "
+          "rounded to int8 blocks for the quantized matrices, integer dot products, as "
+          "llama.cpp decodes; f32: f32 activations, the reference")
+      ->check(CLI::IsMember({"int8", "f32"}))
+      ->type_name("int8|f32");
+}
+
 }  // namespace tandem::cli

@@ -36,13 +36,15 @@ GenerateResult generate(const Model& model, KvCache& cache, std::span<const int3
   Sampler sampler(options.sampler);
   const auto t0 = std::chrono::steady_clock::now();
 
+  const DecodeArithmetic decode = options.decode;
   Tensor logits;
   std::vector<int32_t> pos;
   for (size_t off = 0; off < prompt.size(); off += options.prefill_chunk) {
     const size_t n = std::min<size_t>(options.prefill_chunk, prompt.size() - off);
     pos.resize(n);
     std::iota(pos.begin(), pos.end(), static_cast<int32_t>(start + off));
-    logits = model.forward(prompt.subspan(off, n), pos, cache, {.last_only = true});
+    logits =
+        model.forward(prompt.subspan(off, n), pos, cache, {.last_only = true, .decode = decode});
   }
   st.prefill_s = seconds_since(t0);
   cache.policy().on_prefill_done(cache);
@@ -68,7 +70,7 @@ GenerateResult generate(const Model& model, KvCache& cache, std::span<const int3
     }
     if (static_cast<int>(r.tokens.size()) >= options.max_new_tokens) break;
     const int32_t tok[1] = {next}, p[1] = {position++};
-    logits = model.forward(tok, p, cache, {.last_only = true});
+    logits = model.forward(tok, p, cache, {.last_only = true, .decode = decode});
     cache.policy().on_decode_step(cache);
     next = sampler.sample(std::span<const float>(logits.data<float>(), vocab));
   }

@@ -122,7 +122,14 @@ std::vector<GenerateResult> generate_batch(const Model& model, std::span<BatchRe
       owner.push_back(i);
     }
     if (chunks.empty()) break;
-    const std::vector<Tensor> logits = model.forward_batch(chunks, {.last_only = true});
+    // One row in all (a single sequence decoding) takes the decode arithmetic of the requests,
+    // f32 when any of them asks for it; stacked rows of several compute in f32 anyway.
+    DecodeArithmetic decode = DecodeArithmetic::kInt8;
+    for (size_t i : owner) {
+      if (requests[i].options.decode == DecodeArithmetic::kF32) decode = DecodeArithmetic::kF32;
+    }
+    const std::vector<Tensor> logits =
+        model.forward_batch(chunks, {.last_only = true, .decode = decode});
     ++total.steps;
     for (size_t c = 0; c < chunks.size(); ++c) {
       const size_t i = owner[c];

@@ -123,7 +123,8 @@ struct Answer {
 };
 
 Answer greedy_answer(const Model& model, const Tokenizer& tok, KvCache& cache,
-                     const std::vector<float>& first_logits, int32_t start, int max_tokens) {
+                     const std::vector<float>& first_logits, int32_t start, int max_tokens,
+                     DecodeArithmetic decode) {
   Answer a;
   std::vector<int32_t> ids;
   int32_t next = argmax(first_logits);
@@ -133,7 +134,7 @@ Answer greedy_answer(const Model& model, const Tokenizer& tok, KvCache& cache,
     ids.push_back(next);
     if (i + 1 == max_tokens) break;
     const int32_t t[1] = {next}, p[1] = {start + i};
-    const Tensor logits = model.forward(t, p, cache, {.last_only = true});
+    const Tensor logits = model.forward(t, p, cache, {.last_only = true, .decode = decode});
     cache.policy().on_decode_step(cache);
     ++a.steps;
     next = argmax(std::span<const float>(logits.data<float>(), logits.numel()));
@@ -195,7 +196,7 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
     {
       KvCache ref = p.cache.clone();
       full_lp = teacher_forced_log_probs(model, ref, cont.first(c.continuation),
-                                         static_cast<int32_t>(ctx));
+                                         static_cast<int32_t>(ctx), c.decode);
     }
     double full_nll = 0;
     for (int i = 0; i < c.continuation; ++i) full_nll -= full_lp[i][cont[i + 1]];
@@ -204,7 +205,7 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
       KvCache shadow = p.cache.clone();
       comp.probe->set_shadow(&shadow);
       const auto lp = teacher_forced_log_probs(model, comp.cache, cont.first(c.continuation),
-                                               static_cast<int32_t>(ctx));
+                                               static_cast<int32_t>(ctx), c.decode);
       KvEvalRow row;
       row.context = ctx;
       row.policy = r.policy;
@@ -258,8 +259,9 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
       std::string full_answer;
       for (size_t i = 0; i < runs.size(); ++i) {
         Compressed comp = compress_copy(p, build(model, c, runs[i]));
-        const Answer a = greedy_answer(model, tokenizer, comp.cache, p.last_logits,
-                                       static_cast<int32_t>(prompt.size()), c.needle_answer_tokens);
+        const Answer a =
+            greedy_answer(model, tokenizer, comp.cache, p.last_logits,
+                          static_cast<int32_t>(prompt.size()), c.needle_answer_tokens, c.decode);
         KvEvalRow& row = res.rows[first_row + i];
         const bool ok = first_number(a.text) == key;
         ++row.needle_trials;

@@ -190,11 +190,11 @@ std::vector<double> log_softmax(std::span<const float> logits) {
 
 std::vector<std::vector<double>> teacher_forced_log_probs(const Model& model, KvCache& cache,
                                                           std::span<const int32_t> tokens,
-                                                          int32_t start) {
+                                                          int32_t start, DecodeArithmetic decode) {
   std::vector<std::vector<double>> out;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t tok[1] = {tokens[i]}, pos[1] = {start + static_cast<int32_t>(i)};
-    const Tensor logits = model.forward(tok, pos, cache, {.last_only = true});
+    const Tensor logits = model.forward(tok, pos, cache, {.last_only = true, .decode = decode});
     cache.policy().on_decode_step(cache);
     out.push_back(log_softmax(std::span<const float>(logits.data<float>(), logits.numel())));
   }

@@ -72,9 +72,9 @@ Compressed compress_copy(const Prefilled& p, std::shared_ptr<KvPolicy> policy);
 
 // Teacher-forced decode of `tokens` at positions start.. over `cache`: per step the log-softmax of
 // the next-token logits (the prediction of tokens[i + 1] after feeding tokens[i]).
-std::vector<std::vector<double>> teacher_forced_log_probs(const Model& model, KvCache& cache,
-                                                          std::span<const int32_t> tokens,
-                                                          int32_t start);
+std::vector<std::vector<double>> teacher_forced_log_probs(
+    const Model& model, KvCache& cache, std::span<const int32_t> tokens, int32_t start,
+    DecodeArithmetic decode = DecodeArithmetic::kInt8);
 
 std::vector<double> log_softmax(std::span<const float> logits);
 

@@ -63,6 +63,7 @@ nlohmann::json KvEvalResult::to_json() const {
                  {"needle_depths", config.needle_depths},
                  {"needle_answer_tokens", config.needle_answer_tokens},
                  {"text_offset", config.text_offset},
+                 {"decode", decode_arithmetic_name(config.decode)},
                  {"seed", config.seed}};
   nlohmann::json budgets = nlohmann::json::array();
   for (const KvBudget& b : config.budgets) budgets.push_back(b.label());

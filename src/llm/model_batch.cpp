@@ -10,6 +10,7 @@
 #include <exception>
 #include <set>
 
+#include "llm/decode_gemm.h"
 #include "llm/kv_policies/observe.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
@@ -150,8 +151,8 @@ std::vector<Tensor> Model::forward_batch(std::span<const SequenceChunk> chunks,
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-  const ops::GemmParams tb{.trans_b = true};
-  const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f};  // x += a W^T
+  const ops::GemmParams tb = decode_gemm_params(options.decode, t);
+  const ops::GemmParams tb_acc = decode_gemm_params(options.decode, t, 1.0f);  // x += a W^T
   const ops::NormParams rms{.eps = c.rms_eps};
   const ops::NormParams ln{.eps = c.layer_norm_eps};
   const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};

@@ -3,12 +3,23 @@
 // and llama models with scaled RoPE run through forward_batch (model_batch.cpp) as a batch of one.
 #include <algorithm>
 
+#include "llm/decode_gemm.h"
 #include "llm/kv_policies/observe.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::llm {
+
+const char* decode_arithmetic_name(DecodeArithmetic a) {
+  return a == DecodeArithmetic::kInt8 ? "int8" : "f32";
+}
+
+ops::GemmParams decode_gemm_params(DecodeArithmetic decode, int64_t tokens, float beta) {
+  return {.trans_b = true,
+          .beta = beta,
+          .int8_activations = decode == DecodeArithmetic::kInt8 && tokens == 1};
+}
 
 Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                       KvCache& cache, const ForwardOptions& options) const {
@@ -55,20 +66,19 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
   Tensor x = Tensor::empty({t, d}, DType::kF32, dev);
   ops::embedding(token_embd_, ids, x);
 
-  llama_layers(x, pos, positions, cache, 0, c.n_layers, options.int8_activations);
+  llama_layers(x, pos, positions, cache, 0, c.n_layers, options.decode);
 
   Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
   const int64_t rows = last.size(0);
   Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
   ops::rms_norm(last, output_norm_, normed, ops::NormParams{.eps = c.rms_eps});
   Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
-  ops::gemm(normed, output_, logits,
-            ops::GemmParams{.trans_b = true, .int8_activations = options.int8_activations});
+  ops::gemm(normed, output_, logits, decode_gemm_params(options.decode, t));
   return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 
 void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> positions,
-                         KvCache& cache, int first, int last, bool int8_activations) const {
+                         KvCache& cache, int first, int last, DecodeArithmetic decode) const {
   if (last <= first) return;
   const ModelConfig& c = config_;
   const Device dev = device_;
@@ -85,9 +95,8 @@ void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> 
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-  const bool i8 = int8_activations;
-  const ops::GemmParams tb{.trans_b = true, .int8_activations = i8};
-  const ops::GemmParams tb_acc{.trans_b = true, .beta = 1.0f, .int8_activations = i8};  // x += aW^T
+  const ops::GemmParams tb = decode_gemm_params(decode, t);
+  const ops::GemmParams tb_acc = decode_gemm_params(decode, t, 1.0f);  // x += a W^T
   const ops::NormParams norm{.eps = c.rms_eps};
   const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};
 

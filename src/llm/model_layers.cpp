@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "llm/decode_gemm.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model.h"
 #include "tandem/ops/ops.h"
@@ -75,7 +76,7 @@ Tensor Model::forward_layers(const Tensor& input, std::span<const int32_t> posit
     x = input.to(dev).clone();  // the layers update x in place; the caller's tensor stays intact
   }
 
-  llama_layers(x, pos, positions, cache, first_layer, last_layer, /*int8_activations=*/false);
+  llama_layers(x, pos, positions, cache, first_layer, last_layer, options.decode);
   if (!options.head) return dev.is_cpu() ? x : x.to(Device::cpu());
 
   Tensor last = options.last_only ? x.slice(0, t - 1, t).contiguous() : x;
@@ -83,7 +84,7 @@ Tensor Model::forward_layers(const Tensor& input, std::span<const int32_t> posit
   Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
   ops::rms_norm(last, output_norm_, normed, ops::NormParams{.eps = c.rms_eps});
   Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
-  ops::gemm(normed, output_, logits, ops::GemmParams{.trans_b = true});
+  ops::gemm(normed, output_, logits, decode_gemm_params(options.decode, t));
   return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 

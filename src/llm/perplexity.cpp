@@ -95,7 +95,7 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
       const auto tok = std::span<const int32_t>(window).subspan(b, len);
       const auto pos = std::span<const int32_t>(positions).subspan(b, len);
       // The model hands the policy each batch's last query_window() queries (observe_queries).
-      const Tensor logits = model.forward(tok, pos, cache);
+      const Tensor logits = model.forward(tok, pos, cache, {.decode = o.decode});
       if (policy != nullptr) {
         if (last_prefill) {
           policy->on_prefill_done(cache);

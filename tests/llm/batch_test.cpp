@@ -96,9 +96,12 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Three sequences with different histories and chunk lengths (a long prefill, a short one, a
 // single decode token): batched logits equal one-by-one logits, for a prefill round and for a
-// decode round after it. Returns the worst difference seen.
+// decode round after it. Returns the worst difference seen. Both sides ask for f32 decode: this
+// checks batching, and a one-token forward alone would otherwise round its activations to int8
+// (the default DecodeArithmetic) while the stacked rows of a batch compute in f32.
 float check_batch_equals_single(const Model& m, const std::vector<int64_t>& history,
                                 const std::vector<int64_t>& chunk, float tol) {
+  const ForwardOptions f32{.decode = DecodeArithmetic::kF32};
   const int64_t vocab = m.config().vocab_size;
   const size_t n = history.size();
   std::vector<KvCache> batched, single;
@@ -108,8 +111,8 @@ float check_batch_equals_single(const Model& m, const std::vector<int64_t>& hist
     if (history[i] > 0) {  // an earlier turn, run alone in both
       const auto t = tokens_of(history[i], vocab, static_cast<int>(i) + 7);
       const auto p = positions_from(0, history[i]);
-      m.forward(t, p, batched[i]);
-      m.forward(t, p, single[i]);
+      m.forward(t, p, batched[i], f32);
+      m.forward(t, p, single[i], f32);
     }
   }
   float worst = 0.0f;
@@ -122,10 +125,10 @@ float check_batch_equals_single(const Model& m, const std::vector<int64_t>& hist
       pos[i] = positions_from(batched[i].next_position(), len);
       chunks.push_back({toks[i], pos[i], &batched[i]});
     }
-    const auto out = m.forward_batch(chunks);
+    const auto out = m.forward_batch(chunks, f32);
     for (size_t i = 0; i < n; ++i) {
       SCOPED_TRACE(cat("round ", round, ", sequence ", i));
-      const auto want = m.forward(toks[i], pos[i], single[i]).to_float_vector();
+      const auto want = m.forward(toks[i], pos[i], single[i], f32).to_float_vector();
       EXPECT_EQ(out[i].shape(), Shape({static_cast<int64_t>(toks[i].size()), vocab}));
       const float d = max_abs_diff(out[i].to_float_vector(), want);
       EXPECT_LE(d, tol);
@@ -189,6 +192,9 @@ TEST(GenerateBatch, MatchesGeneratePerSequence) {
   opts[2].prefill_chunk = 8;
   opts[3].max_new_tokens = 9;
   opts[3].sampler = {.temperature = 1.2f, .seed = 7};
+  // f32 decode: this checks batching; with the default int8 decode a sequence alone (or the last
+  // one left in the batch) rounds its activations to int8 while stacked rows compute in f32.
+  for (GenerateOptions& o : opts) o.decode = DecodeArithmetic::kF32;
   // Sequential runs first: they give the tokens the batch must reproduce.
   std::vector<GenerateResult> want;
   for (size_t i = 0; i < prompts.size(); ++i) {

@@ -14,7 +14,21 @@
 #include "tandem/core/error.h"
 
 #if defined(__x86_64__)
+// GCC 12 reports -Wmaybe-uninitialized inside avx512fintrin.h for intrinsics inlined into the
+// target-attribute functions below (_mm512_max_ps, _mm512_reduce_*, _mm512_permutexvar_ps, the
+// conversions...): the header passes _mm512_undefined_ps() and the like, a self-initialisation
+// (`__m512 __Y = __Y;`) meaning "any value", as the pass-through operand of builtins called with
+// an all-ones mask, which never read it. A false positive of the header, not of this code: it is
+// silenced for the header's own lines only (GCC applies the diagnostic state at the warning's
+// location, inside the header), so this file's code keeps the warning.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #define TANDEM_VNNI_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif

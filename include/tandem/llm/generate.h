@@ -47,6 +47,9 @@ struct GenerateOptions {
   SamplerOptions sampler;         // greedy by default
   std::vector<int32_t> stop_ids;  // generation ends after sampling one of these (it is reported)
   std::function<bool(int32_t)> on_token;  // per new token; false stops
+  // Single-token forwards (decode): int8 activations by default, kF32 for reference runs (see
+  // DecodeArithmetic in model.h). generate_batch uses kF32 for a step when any request asks.
+  DecodeArithmetic decode = DecodeArithmetic::kInt8;
 };
 
 struct GenerateStats {

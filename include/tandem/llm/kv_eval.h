@@ -62,6 +62,9 @@ struct KvEvalConfig {
   int needle_answer_tokens = 12;
   int64_t text_offset = 0;  // token offset of the fidelity context in the text
   int prefill_chunk = 512;
+  // The teacher-forced and greedy decode steps (full and compressed caches alike): int8
+  // activations by default, kF32 for reference runs (DecodeArithmetic in model.h).
+  DecodeArithmetic decode = DecodeArithmetic::kInt8;
   uint64_t seed = 1;
   std::function<void(const std::string&)> progress;  // one line per step (may be empty)
 };

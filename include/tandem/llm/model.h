@@ -98,12 +98,26 @@ struct LayerWeights {
   Tensor bo, b_up, b_down;         // [d_model], [d_ff], [d_model]
 };
 
+// The arithmetic of the weight products of a forward of one token in all (the decode step).
+// Forwards of more tokens (prefill, its one-row head with last_only included, and a batch of
+// several sequences) always use f32 activations.
+enum class DecodeArithmetic : uint8_t {
+  // The default: on the CPU, the row is rounded to int8 per 32-element block (d = max|x| / 127)
+  // and multiplied with integer dot products (AVX-512 VNNI) by q8_0/q4_0/q4_1 matrices, the way
+  // llama.cpp decodes (ops::GemmParams::int8_activations). About 3x the decode speed of kF32 on
+  // SmolLM2; logits differ from kF32 by the 8-bit rounding of every matrix input (about 1/254 of
+  // a block's largest value per element). Other weight dtypes, hosts without VNNI and other
+  // devices compute as kF32.
+  kInt8,
+  kF32,  // f32 activations throughout: the reference arithmetic, as prefill computes
+};
+
+// "int8" / "f32".
+TANDEM_API const char* decode_arithmetic_name(DecodeArithmetic a);
+
 struct ForwardOptions {
-  bool last_only = false;  // logits only for the last token: [1, vocab]
-  // Single-token steps (decode) on the CPU: round activations to int8 blocks for the quantized
-  // matrices and use integer dot products, as llama.cpp does (ops::GemmParams; logits then differ
-  // from the f32 path by ~1e-3 relative).
-  bool int8_activations = false;
+  bool last_only = false;                             // logits only for the last token: [1, vocab]
+  DecodeArithmetic decode = DecodeArithmetic::kInt8;  // see DecodeArithmetic
 };
 
 // One sequence's part of a batched forward: its tokens, their positions and its own cache.
@@ -156,8 +170,10 @@ class TANDEM_API Model {
   // Runs several sequences in one pass: rows of all chunks are stacked for the norms and weight
   // GEMMs; each chunk appends to and attends over its own cache. Returns one logits tensor per
   // chunk ([T_i, vocab], or [1, vocab] with last_only), equal to what forward() gives for that
-  // chunk alone up to float rounding. Chunks may differ in length and position; each needs a
-  // distinct cache. InvalidArgument as forward() (naming the chunk), or for a repeated cache.
+  // chunk alone up to float rounding; except that a one-token chunk alone decodes with
+  // options.decode while the stacked rows of several compute in f32 (equal with kF32). Chunks may
+  // differ in length and position; each needs a distinct cache. InvalidArgument as forward()
+  // (naming the chunk), or for a repeated cache.
   std::vector<Tensor> forward_batch(std::span<const SequenceChunk> chunks,
                                     const ForwardOptions& options = {}) const;
 
@@ -174,6 +190,7 @@ class TANDEM_API Model {
     bool embed = false;      // input is token ids; run the embedding first
     bool head = false;       // run the final norm and the output projection after the layers
     bool last_only = false;  // with head: logits of the last row only
+    DecodeArithmetic decode = DecodeArithmetic::kInt8;  // a one-row slice: as ForwardOptions
   };
   Tensor forward_layers(const Tensor& input, std::span<const int32_t> positions, KvCache& cache,
                         int first_layer, int last_layer, const LayerRangeOptions& options) const;
@@ -183,7 +200,7 @@ class TANDEM_API Model {
   // rows at `positions`, pos the same on the device): the loop forward() and forward_layers()
   // share (model_forward.cpp). Appends K/V to the cache and hands queries to its policy.
   void llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> positions,
-                    KvCache& cache, int first, int last, bool int8_activations) const;
+                    KvCache& cache, int first, int last, DecodeArithmetic decode) const;
 
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;

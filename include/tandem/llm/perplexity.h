@@ -50,6 +50,9 @@ struct PerplexityOptions {
   // unchanged (rows ctx/2 .. ctx-2). Null: the plain protocol above.
   std::shared_ptr<KvPolicy> kv_policy;
   int kv_step = 32;
+  // Forwards of a single token (batch or kv_step 1, or a one-token remainder): int8 activations by
+  // default, kF32 for reference runs (DecodeArithmetic in model.h). Longer forwards compute in f32.
+  DecodeArithmetic decode = DecodeArithmetic::kInt8;
 };
 
 struct PerplexityResult {
