@@ -102,8 +102,14 @@ EOF
     step "memcheck: kv-quant attention" 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
       "$bin/tandem_kv_quant_cuda_tests" --gtest_brief=1
   fi
-  step "bench: LLM decode, llama7b-shaped (2 layers, q4_1) on cuda:0" 90 \
-    "$bin/tandem" bench-llm --synthetic llama7b:2 -d cuda:0 -p 128 -n 64 -r 2 --no-bandwidth -o json
+  # bench-llm runs on the CPU; it writes the generated model, which generate then decodes on cuda:0 (timing on
+  # stderr: prefill and decode tokens/s, TTFT).
+  step "LLM: generate a llama7b-shaped model (2 layers, q4_1; CPU bench as a side effect)" 180 \
+    "$bin/tandem" bench-llm --synthetic llama7b:2 -p 64 -n 16 -r 1 --no-bandwidth -o json
+  local llm
+  llm=$(find "$TANDEM_CACHE_DIR" -name '*-2l-q4_1.gguf' | head -n 1)
+  step "bench: LLM decode on cuda:0 (llama7b-shaped, 2 layers, q4_1)" 90 \
+    "$bin/tandem" generate -m "$llm" -d cuda:0 -p "The history of the city" -n 128 --no-progress
   step "bench: ResNet-50 cuDNN" 60 "$bin/tandem" cnn-run -m /tmp/cnn_models/resnet50.onnx -d cuda:0 -r 20 -o json
   step "bench: ResNet-50 CPU (16 cores)" 60 "$bin/tandem" cnn-run -m /tmp/cnn_models/resnet50.onnx -r 5 -o json
   step "bench: rec-serve RM2 on cuda:0, 8 clients" 30 \

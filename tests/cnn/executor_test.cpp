@@ -27,7 +27,9 @@ Graph single(const Shape& in, Node n, int outputs = 1) {
   g.add_input(x);
   n.inputs = {x};
   for (int i = 0; i < outputs; ++i) {
-    const int y = g.add_tensor("y" + std::to_string(i));
+    std::string name = "y";  // += : GCC 12 reports a false -Wstringop-overflow for "y" + string&&
+    name += std::to_string(i);
+    const int y = g.add_tensor(name);
     n.outputs.push_back(y);
     g.add_output(y);
   }
