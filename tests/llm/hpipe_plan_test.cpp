@@ -39,7 +39,8 @@ ModelProfile tiny_profile(int n_layers) {
   return p;
 }
 
-// "d<i>", built with += (GCC 12 reports a false -Wstringop-overflow for "d" + std::string&& at -O3).
+// "d<i>", built with += (GCC 12 reports a false -Wstringop-overflow for "d" + std::string&& at
+// -O3).
 std::string dev_name(size_t i) {
   std::string name = "d";
   name += std::to_string(i);

@@ -565,14 +565,20 @@ std::string real_model(std::string* why) {
   }
 }
 
+// The float64 numpy reference of scripts/ref (prompt ids, greedy ids, top-5 logits per prompt).
+nlohmann::json greedy_reference() {
+  const auto file =
+      std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm/data/smollm2_greedy_reference.json";
+  std::ifstream in(file);
+  if (!in.good()) throw std::runtime_error("missing " + file.string());
+  return nlohmann::json::parse(in);
+}
+
 TEST(ModelReal, SmolLM2GreedyMatchesNumpyReference) {
   std::string why;
   const std::string path = real_model(&why);
   if (path.empty()) GTEST_SKIP() << "SmolLM2 model unavailable: " << why;
-  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
-                   "smollm2_greedy_reference.json");
-  ASSERT_TRUE(in.good()) << "missing tests/llm/data/smollm2_greedy_reference.json";
-  const nlohmann::json ref = nlohmann::json::parse(in);
+  const nlohmann::json ref = greedy_reference();
   Model m = Model::load(path);
   EXPECT_EQ(m.config().n_layers, 30);
   EXPECT_EQ(m.config().n_kv_heads, 3);
@@ -615,10 +621,7 @@ TEST(ModelReal, SmolLM2Int8DecodeStepWithinItsRoundingBound) {
   std::string why;
   const std::string path = real_model(&why);
   if (path.empty()) GTEST_SKIP() << "SmolLM2 model unavailable: " << why;
-  std::ifstream in((std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data" /
-                   "smollm2_greedy_reference.json");
-  ASSERT_TRUE(in.good()) << "missing tests/llm/data/smollm2_greedy_reference.json";
-  const nlohmann::json ref = nlohmann::json::parse(in);
+  const nlohmann::json ref = greedy_reference();
   const Model m = Model::load(path);
   const int points = 4 * m.config().n_layers + 1;
   const double bound = std::sqrt(static_cast<double>(points)) * std::sqrt(32.0 / 12.0) / 127.0;

@@ -62,15 +62,16 @@ TEST(RecModel, WeightsRoundTripThroughSafetensors) {
     QueryFactory f(cfg, WorkloadOptions{});
     const QueryInputs q = f.make(0, 7);
     EXPECT_EQ(a.forward(q), b.forward(q));
-    // The wrong config: a clear error naming the first difference from the config stored in the file
-    // (issue 24: the stored tandem.config is checked before any tensor is read).
+    // The wrong config: a clear error naming the first difference from the config stored in the
+    // file (issue 24: the stored tandem.config is checked before any tensor is read).
     ModelConfig other = cfg;
     other.top_mlp = {5, 1};
     try {
       RecModel::load(other, path);
       ADD_FAILURE();
     } catch (const ParseError& e) {
-      EXPECT_NE(std::string(e.what()).find("describes another model"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("describes another model"), std::string::npos)
+          << e.what();
       EXPECT_NE(std::string(e.what()).find("'top_mlp'"), std::string::npos) << e.what();
     }
     std::remove(path.c_str());
