@@ -117,7 +117,7 @@ struct Pipeline::Impl {
 
   std::vector<std::string> alive_devices() const {
     std::set<std::string> all;
-    for (const auto& s : plan.stages) all.insert(s.device);
+    for (const auto& d : plan.devices()) all.insert(d);
     for (const auto& [d, e] : workers) all.insert(d);
     for (const auto& d : devices) all.insert(d);
     std::vector<std::string> out;
@@ -140,7 +140,13 @@ Pipeline::Pipeline(PipelinePlan plan, ClusterSpec cluster,
   impl_->workers = std::move(workers);
   impl_->opt = std::move(options);
   if (impl_->plan.stages.empty()) throw InvalidArgument("pipeline: the plan has no stages");
-  for (const auto& s : impl_->plan.stages) impl_->devices.push_back(s.device);
+  for (size_t i = 0; i < impl_->plan.stages.size(); ++i) {
+    const PlanStage& s = impl_->plan.stages[i];
+    if (s.is_group())
+      throw InvalidArgument(cat("pipeline: stage ", i, " runs on a group of ", s.devices.size(),
+                                " devices; this runtime runs one device per stage"));
+    impl_->devices.push_back(s.device());
+  }
   for (const auto& [d, e] : impl_->workers)
     if (!is_local(e) && e.rfind("tcp://", 0) != 0 && e.rfind("inproc://", 0) != 0 &&
         e.rfind("ipc://", 0) != 0)

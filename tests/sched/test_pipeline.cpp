@@ -49,7 +49,7 @@ TEST(SchedPlan, ParsesTheContractAndRejectsBadPlans) {
                       {"note", "kept"}};
   PipelinePlan p = PipelinePlan::from_json(j);
   EXPECT_EQ(p.slices, (std::vector<int64_t>{3, 5}));
-  EXPECT_EQ(p.stages[0].device, "d0");
+  EXPECT_EQ(p.stages[0].device(), "d0");
   EXPECT_EQ(p.to_json()["note"], "kept");
   EXPECT_EQ(PipelinePlan::from_json(p.to_json()).to_json(), p.to_json());
   auto bad = j;
@@ -64,6 +64,58 @@ TEST(SchedPlan, ParsesTheContractAndRejectsBadPlans) {
   bad = j;
   bad["stages"][0]["stage"] = {{"kind", 3}};
   EXPECT_THROW(PipelinePlan::from_json(bad), ParseError);
+}
+
+// A stage may run on a group of devices, each with its share; the JSON names the field at fault.
+TEST(SchedPlan, GroupStagesCarryEachDevicesShare) {
+  nlohmann::json j = {{"version", 1},
+                      {"system", "pico"},
+                      {"stages",
+                       {{{"devices",
+                          {{{"device", "pi0"}, {"share", {{"rows", {0, 28}}}}},
+                           {{"device", "pi1"}, {"share", {{"rows", {28, 56}}}}}}},
+                         {"stage", {{"kind", "sched.identity"}}}},
+                        {{"device", "pi2"}, {"stage", {{"kind", "sched.identity"}}}}}}};
+  const PipelinePlan p = PipelinePlan::from_json(j, "g.json");
+  ASSERT_EQ(p.stages.size(), 2u);
+  EXPECT_TRUE(p.stages[0].is_group());
+  EXPECT_EQ(p.stages[0].device(), "pi0");
+  EXPECT_EQ(p.stages[0].devices[1].share["rows"], nlohmann::json({28, 56}));
+  EXPECT_EQ(p.stages[1].kind(), "sched.identity");
+  EXPECT_EQ(p.devices(), (std::vector<std::string>{"pi0", "pi1", "pi2"}));
+  EXPECT_EQ(PipelinePlan::from_json(p.to_json()).to_json(), p.to_json());
+  EXPECT_FALSE(p.to_json()["stages"][1].contains("devices"));  // one device: written as before
+  auto error_of = [](const nlohmann::json& bad) -> std::string {
+    try {
+      (void)PipelinePlan::from_json(bad, "g.json");
+    } catch (const ParseError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto bad = j;
+  bad["stages"][0]["devices"][1]["device"] = "pi0";
+  EXPECT_NE(error_of(bad).find("stages[0].devices[1].device: device 'pi0' is repeated"),
+            std::string::npos)
+      << error_of(bad);
+  bad = j;
+  bad["stages"][1]["devices"] = nlohmann::json::array();
+  EXPECT_NE(error_of(bad).find("stages[1]: expected either"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["stages"][0]["devices"] = nlohmann::json::array();
+  EXPECT_NE(error_of(bad).find("stages[0].devices: expected 1 to"), std::string::npos);
+  bad = j;
+  bad["stages"][0]["devices"][0]["share"] = 3;
+  EXPECT_NE(error_of(bad).find("stages[0].devices[0].share: expected an object"),
+            std::string::npos);
+  bad = j;
+  bad["stages"][0]["devices"][0]["speed"] = 3;
+  EXPECT_NE(error_of(bad).find("unknown key 'speed'"), std::string::npos);
+  bad = j;
+  bad["predicted"] = {{"latency_s", -1}};
+  EXPECT_NE(error_of(bad).find("predicted.latency_s"), std::string::npos) << error_of(bad);
+  // This runtime runs one device per stage and says so instead of running a group wrongly.
+  EXPECT_THROW(Pipeline(p, ClusterSpec{}, {}), InvalidArgument);
 }
 
 TEST(SchedMlp, SplittingLayersOverStagesIsBitExact) {

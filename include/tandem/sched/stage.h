@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/registry.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
 
@@ -50,6 +51,8 @@ class TANDEM_API Stage {
 
 using StageFactory = std::function<std::unique_ptr<Stage>(const nlohmann::json& config)>;
 
+// The registry behind the functions below (core/registry.h).
+TANDEM_API Registry<StageFactory>& stage_kind_registry();
 // InvalidArgument for an empty or repeated kind.
 TANDEM_API void register_stage_kind(const std::string& kind, StageFactory factory);
 // Builds config["kind"]; InvalidArgument naming the kind (and the registered ones) when unknown,
