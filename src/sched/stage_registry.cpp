@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The stage-kind registry (stage.h), a tandem::Registry.
+// The stage-kind and group-ops registries (stage.h), tandem::Registry instances.
 #include "tandem/core/error.h"
 #include "tandem/core/registry.h"
 #include "tandem/sched/stage.h"
@@ -8,6 +8,11 @@ namespace tandem::sched {
 
 Registry<StageFactory>& stage_kind_registry() {
   static Registry<StageFactory> r("stage kind");
+  return r;
+}
+
+Registry<GroupOps>& group_ops_registry() {
+  static Registry<GroupOps> r("group stage kind");
   return r;
 }
 

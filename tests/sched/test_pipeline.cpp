@@ -114,8 +114,108 @@ TEST(SchedPlan, GroupStagesCarryEachDevicesShare) {
   bad = j;
   bad["predicted"] = {{"latency_s", -1}};
   EXPECT_NE(error_of(bad).find("predicted.latency_s"), std::string::npos) << error_of(bad);
-  // This runtime runs one device per stage and says so instead of running a group wrongly.
+  // sched.identity registers no split/stitch: the runtime refuses to run it on a group.
   EXPECT_THROW(Pipeline(p, ClusterSpec{}, {}), InvalidArgument);
+}
+
+// A stage kind that runs on a group: each member squares-and-scales its rows of a [rows, d] f32
+// tensor (rows [a, b) from its share; the whole tensor without one); split cuts the rows by the
+// shares, stitch concatenates them. A group run must equal the one-device run bit for bit.
+std::vector<float> values_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+}
+
+struct RowsStage : Stage {
+  explicit RowsStage(const nlohmann::json& c) : scale(c.at("scale").get<float>()) {}
+  std::string kind() const override { return "test.rows"; }
+  Packet process(Packet p) override {
+    std::vector<float> v = values_of(p.tensors.at(0));
+    for (float& x : v) x = x * x * scale;
+    p.tensors[0] = Tensor::from_vector(v, p.tensors[0].shape(), DType::kF32);
+    return p;
+  }
+  float scale;
+};
+const StageKindRegistration kRowsKind("test.rows", [](const nlohmann::json& c) {
+  return std::make_unique<RowsStage>(c);
+});
+const Registration kRowsGroup(
+    group_ops_registry(), "test.rows",
+    GroupOps{[](const Packet& in, const std::vector<nlohmann::json>& shares) {
+               std::vector<Packet> parts;
+               for (const auto& s : shares) {
+                 Packet p = in;
+                 p.tensors = {in.tensors.at(0).slice(0, s.at("rows")[0].get<int64_t>(),
+                                                     s.at("rows")[1].get<int64_t>())};
+                 parts.push_back(std::move(p));
+               }
+               return parts;
+             },
+             [](std::vector<Packet> parts, const std::vector<nlohmann::json>&) {
+               std::vector<float> all;
+               int64_t rows = 0, d = parts.at(0).tensors.at(0).shape()[1];
+               for (const auto& p : parts) {
+                 const auto v = values_of(p.tensors.at(0));
+                 all.insert(all.end(), v.begin(), v.end());
+                 rows += p.tensors[0].shape()[0];
+               }
+               Packet out = std::move(parts[0]);
+               out.tensors = {Tensor::from_vector(all, {rows, d}, DType::kF32)};
+               return out;
+             }});
+
+TEST(SchedPipeline, GroupStageSplitsRunsEachShareAndStitchesBitExact) {
+  auto shares = [](std::vector<int64_t> cuts, std::vector<std::string> devs) {
+    std::vector<DeviceShare> g;
+    for (size_t k = 0; k < devs.size(); ++k)
+      g.push_back({devs[k], {{"rows", {cuts[k], cuts[k + 1]}}}});
+    return g;
+  };
+  PipelinePlan group;
+  group.stages.emplace_back("m0", nlohmann::json{{"kind", "test.rows"}, {"scale", 2.0}});
+  group.stages.emplace_back(shares({0, 3, 4, 8}, {"g0", "g1", "g2"}),
+                            nlohmann::json{{"kind", "test.rows"}, {"scale", 0.5}});
+  group.stages.emplace_back("m1", nlohmann::json{{"kind", "test.rows"}, {"scale", 3.0}});
+  group = PipelinePlan::from_json(group.to_json(), "group plan");  // through the JSON contract
+  PipelinePlan one = group;
+  one.stages[1] = PlanStage("g0", one.stages[1].stage);
+  std::vector<Request> reqs;
+  for (uint64_t id = 0; id < 4; ++id) {
+    std::vector<float> v(8 * 5);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * float(i) - 0.1f * float(id);
+    Request r{id, {}};
+    r.micros.push_back(Packet{});
+    r.micros[0].tensors = {Tensor::from_vector(v, {8, 5}, DType::kF32)};
+    reqs.push_back(std::move(r));
+  }
+  const auto want = run_sequential(one, reqs);
+  // A cluster that links the master to each member: the members' parts cross it.
+  ClusterSpec cl;
+  for (const char* d : {"m0", "g0", "g1", "g2", "m1"}) {
+    DeviceProfile p;
+    p.name = d;
+    p.peak_flops = 1e9;
+    p.mem_bandwidth_bytes_per_s = 1e9;
+    p.mem_bytes = 1e9;
+    cl.devices.push_back(p);
+  }
+  for (const char* d : {"g1", "g2"}) cl.links.push_back({"g0", d, 1e8, 1e-4, ""});
+  for (bool direct : {true, false}) {
+    PipelineOptions o;
+    o.direct_local = direct;
+    Pipeline pipe(group, cl, {}, o);
+    const RunReport r = pipe.run(reqs);
+    ASSERT_EQ(r.outputs.size(), want.size());
+    for (const auto& [id, ps] : want)
+      EXPECT_EQ(values_of(r.outputs.at(id).at(0).tensors.at(0)), values_of(ps.at(0).tensors.at(0)))
+          << "request " << id << (direct ? " direct" : " inproc");
+    EXPECT_EQ(r.final_devices, (std::vector<std::string>{"m0", "g0", "g1", "g2", "m1"}));
+  }
+  // A kind without split/stitch cannot run on a group.
+  PipelinePlan bad = group;
+  bad.stages[1].stage = {{"kind", "sched.identity"}};
+  EXPECT_THROW(Pipeline(bad, cl, {}), InvalidArgument);
 }
 
 TEST(SchedMlp, SplittingLayersOverStagesIsBitExact) {
