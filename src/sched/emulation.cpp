@@ -2,6 +2,8 @@
 // Emulated devices and links (emulation.h).
 #include "tandem/sched/emulation.h"
 
+#include "tandem/core/cost_model.h"
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -20,7 +22,9 @@ void sleep_s(double s) {
 
 }  // namespace
 
-double EmulatedDevice::emulated_s(double elapsed_s) const { return elapsed_s / speed_factor; }
+double EmulatedDevice::emulated_s(double elapsed_s) const {
+  return on_device_s(elapsed_s, speed_factor);
+}
 
 Packet EmulatedDevice::process_timed(Stage& stage, Packet in, double* elapsed_s) const {
   const int saved = cpu_num_threads();

@@ -288,6 +288,32 @@ TEST(HpipePlan, PlannerRegistryFindsHpipeAndItsBaselines) {
   std::filesystem::remove(path);
 }
 
+// HPipe's layer fit is a core CostModel: a "decoder_layers" node costs what the planner charges a
+// stage, the speed factor applied once (on_device_s), links as the core model prices them.
+TEST(HpipePlan, LayerFitIsACoreCostModel) {
+  const ModelProfile p = tiny_profile(8);
+  const ClusterSpec cl = cluster({0.5, 1.0});
+  const LayerCostModel cost(p);
+  const CostModel& as_core = cost;
+  const StagePlan st{cl.devices[0].name, 2, 6, false, true};
+  const double want = stage_compute_s(p, cl.devices[0], st, 96, 512);
+  EXPECT_EQ(as_core.predict_op_s(LayerCostModel::layers_node(4, true, 96, 512), cl.devices[0]),
+            want);
+  EXPECT_DOUBLE_EQ(
+      as_core.predict_op_s(LayerCostModel::layers_node(4, true, 96, 512), cl.devices[1]) * 2, want);
+  EXPECT_DOUBLE_EQ(want, on_device_s(4 * p.layer.predict_s(96, 512) + p.head_row_s, 0.5));
+  EXPECT_DOUBLE_EQ(as_core.predict_transfer_s(1e6, cl.links[0]), cl.links[0].transfer_time_s(1e6));
+  OpNode other = LayerCostModel::layers_node(1, false, 8, 0);
+  other.kind = "gemm";
+  EXPECT_THROW(as_core.predict_op_s(other, cl.devices[0]), InvalidArgument);
+  other = LayerCostModel::layers_node(1, false, 8, 0);
+  other.attrs.erase("tokens");
+  EXPECT_THROW(as_core.predict_op_s(other, cl.devices[0]), InvalidArgument);
+  DeviceProfile stopped = cl.devices[0];
+  stopped.speed_factor = 0;
+  EXPECT_THROW(cost.layers_s(1, false, 8, 0, stopped), InvalidArgument);
+}
+
 TEST(HpipePlan, ProfileJsonRoundTripsAndRejectsGarbage) {
   const ModelProfile p = tiny_profile(8);
   const ModelProfile q = ModelProfile::from_json(p.to_json());

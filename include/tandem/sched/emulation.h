@@ -34,8 +34,8 @@ namespace tandem::sched {
 struct TANDEM_API EmulatedDevice {
   int threads = 0;            // CPU threads for the stage's kernels (0: leave the process setting)
   double speed_factor = 1.0;  // (0, 1]: 0.5 = half as fast as this machine; > 1 cannot speed up
-  // The one place speed_factor applies: seconds this device takes for what ran here in
-  // `elapsed_s` (elapsed_s / speed_factor).
+  // Seconds this device takes for what ran here in `elapsed_s`: core on_device_s (cost_model.h),
+  // the one place speed_factor applies.
   double emulated_s(double elapsed_s) const;
   // Runs stage.process(in); then sleeps until emulated_s(elapsed) has passed (a device cannot be
   // sped up by sleeping: factors > 1 run at this machine's speed). `compute_s` (optional)
