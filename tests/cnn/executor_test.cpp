@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "cnn_test_util.h"
+#include "common/temp_dir.h"
 #include "region_check.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/region.h"
@@ -27,9 +28,7 @@ Graph single(const Shape& in, Node n, int outputs = 1) {
   g.add_input(x);
   n.inputs = {x};
   for (int i = 0; i < outputs; ++i) {
-    std::string name = "y";  // += : GCC 12 reports a false -Wstringop-overflow for "y" + string&&
-    name += std::to_string(i);
-    const int y = g.add_tensor(name);
+    const int y = g.add_tensor(tandem::fixtures::numbered("y", i));
     n.outputs.push_back(y);
     g.add_output(y);
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cnn_test_util.h"
+#include "common/temp_dir.h"
 #include "region_check.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
@@ -250,8 +251,8 @@ TEST(CnnImport, GarbageIsAParseError) {
 }
 
 TEST(CnnImport, ExternalDataIsReadBesideTheModel) {
-  const auto dir = std::filesystem::temp_directory_path() / "tandem_cnn_external";
-  std::filesystem::create_directories(dir);
+  const tandem::fixtures::TempDir scratch("cnn-external");
+  const std::filesystem::path dir = scratch.path();
   ModelBuilder b;
   b.input("x", {1, 4});
   auto* w = b.g->add_initializer();
@@ -299,7 +300,6 @@ TEST(CnnImport, ExternalDataIsReadBesideTheModel) {
   } catch (const ParseError& e) {
     EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
   }
-  std::filesystem::remove_all(dir);
 }
 
 // What ONNX Runtime refuses is refused here too (issue 24).

@@ -2,6 +2,7 @@
 // DeviceProfile / LinkProfile / ClusterSpec: JSON round trips, lookups, and one error per bad field
 // (each message must name the file and the JSON path of the field).
 #include "tandem/core/cluster.h"
+#include "common/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,24 +26,7 @@ using nlohmann::json;
 
 fs::path examples_dir() { return fs::path(TANDEM_SOURCE_DIR) / "examples" / "clusters"; }
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("tandem_cluster_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using tandem::fixtures::TempDir;
 
 json valid_cluster() {
   return json::parse(R"({
@@ -233,7 +217,7 @@ TEST(Cluster, LatencyZeroAndReverseLinksAreAllowed) {
 
 TEST(Cluster, FilesRoundTripAndErrors) {
   TempDir dir;
-  const std::string path = (dir / "cluster.json").string();
+  const std::string path = dir.file("cluster.json");
   const ClusterSpec c = ClusterSpec::from_json(valid_cluster());
   c.save(path);
   const ClusterSpec back = ClusterSpec::from_json_file(path);
@@ -263,14 +247,14 @@ TEST(Cluster, FilesRoundTripAndErrors) {
   }
 
   // Missing file.
-  const std::string missing = (dir / "nope.json").string();
+  const std::string missing = dir.file("nope.json");
   try {
     ClusterSpec::from_json_file(missing);
     ADD_FAILURE() << "expected IoError";
   } catch (const IoError& e) {
     EXPECT_TRUE(contains(e.what(), "cannot open '" + missing + "'"));
   }
-  EXPECT_THROW(c.save((dir / "no_such_dir" / "x.json").string()), IoError);
+  EXPECT_THROW(c.save(dir.file("no_such_dir/x.json")), IoError);
 }
 
 TEST(Cluster, DeviceProfileFile) {
@@ -282,7 +266,7 @@ TEST(Cluster, DeviceProfileFile) {
   p.mem_bandwidth_bytes_per_s = 1e11;
   p.mem_bytes = 8e9;
   p.op_latency_s["softmax:cols=8,rows=2"] = 1e-6;
-  const std::string path = (dir / "me.json").string();
+  const std::string path = dir.file("me.json");
   p.save(path);
   const DeviceProfile back = DeviceProfile::from_json_file(path);
   EXPECT_EQ(back.to_json(), p.to_json());

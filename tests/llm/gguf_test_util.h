@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the GGUF tests: a temporary folder that removes itself, and byte writers.
+// Helpers shared by the GGUF tests: byte writers (and the shared TempDir, tests/common).
 #pragma once
 
 #include <unistd.h>
@@ -11,27 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
+
 namespace tandem::llm::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-gguf-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using tandem::fixtures::TempDir;
 
 inline void write_file(const std::string& path, const std::vector<uint8_t>& bytes, size_t n) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

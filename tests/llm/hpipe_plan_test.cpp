@@ -7,14 +7,13 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
 
+#include "common/temp_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/sched/planner.h"
 
@@ -50,13 +49,7 @@ ModelProfile tiny_profile(int n_layers) {
   return p;
 }
 
-// "d<i>", built with += (GCC 12 reports a false -Wstringop-overflow for "d" + std::string&& at
-// -O3).
-std::string dev_name(size_t i) {
-  std::string name = "d";
-  name += std::to_string(i);
-  return name;
-}
+std::string dev_name(size_t i) { return tandem::fixtures::numbered("d", i); }
 
 ClusterSpec cluster(const std::vector<double>& speeds, double mem = 1e12, double bw = 1.25e8) {
   nlohmann::json j;
@@ -264,9 +257,8 @@ TEST(HpipePlan, PlannerRegistryFindsHpipeAndItsBaselines) {
   for (const char* sys : {"hpipe", "gpipe", "gp-b", "terapipe", "base", "uniform"})
     EXPECT_NE(std::find(names.begin(), names.end(), sys), names.end()) << sys;
   const ModelProfile p = tiny_profile(8);
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("tandem_planner_" + std::to_string(getpid())))
-          .string();
+  const tandem::fixtures::TempDir dir("planner");
+  const std::string path = dir.file("profile.json");
   p.save(path);
   const ClusterSpec cl = cluster({0.5, 1.0});
   sched::PlanRequest req{cl, "c", path, {{"prompt_len", 512}, {"batch", 2}}};
@@ -285,7 +277,6 @@ TEST(HpipePlan, PlannerRegistryFindsHpipeAndItsBaselines) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("registered: "), std::string::npos) << e.what();
   }
-  std::filesystem::remove(path);
 }
 
 // HPipe's layer fit is a core CostModel: a "decoder_layers" node costs what the planner charges a

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/temp_dir.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_policy_registry.h"
@@ -267,8 +268,10 @@ QokvCalibration small_calibration() {
   return c;
 }
 
+// A file in this process's own scratch folder (removed at exit).
 std::string temp_path(const char* name) {
-  return (std::filesystem::temp_directory_path() / (std::string("tandem_kvq_") + name)).string();
+  static const tandem::fixtures::TempDir dir("kvq");
+  return dir.file(name);
 }
 
 TEST(QokvCalibrationFile, RoundTripsAndDrivesTheChannelScales) {

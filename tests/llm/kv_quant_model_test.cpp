@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/temp_dir.h"
 #include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/kv_quant.h"
 #include "tandem/llm/model.h"
@@ -32,8 +33,8 @@ std::string write_tiny() {
   c.vocab_size = kVocab;
   c.context_length = 256;
   c.seed = 5;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "tandem_kvq_tiny.gguf").string();
+  static const tandem::fixtures::TempDir dir("kvq-model");  // this process's own, removed at exit
+  const std::string path = dir.file("tiny.gguf");
   write_synthetic_llama(c, path);
   return path;
 }

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/temp_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_policies.h"
 #include "tandem/llm/kv_policy_registry.h"
@@ -424,10 +425,8 @@ TEST(KvPolicyRegistry, EvictionPoliciesAreRegisteredAndChain) {
 }
 
 TEST(ClusterAttnCalibration, RoundTripAndErrors) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("tandem_kvcal_" + std::to_string(std::random_device{}()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "cal.json").string();
+  const tandem::fixtures::TempDir dir("kvcal");
+  const std::string path = dir.file("cal.json");
   ClusterAttnParams p;
   p.window = 48;
   p.pool = 7;
@@ -478,7 +477,7 @@ TEST(ClusterAttnCalibration, RoundTripAndErrors) {
   write(R"({"policy": "clusterattn", "rho": 1e999})");  // was "unexpected error: ...406"
   EXPECT_THROW(load_clusterattn_params(path), ParseError);
   try {
-    load_clusterattn_params(dir.string());  // was "unexpected error: basic_filebuf::underflow"
+    load_clusterattn_params(dir.path());  // was "unexpected error: basic_filebuf::underflow"
     ADD_FAILURE() << "a directory was read as a calibration file";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
@@ -486,8 +485,7 @@ TEST(ClusterAttnCalibration, RoundTripAndErrors) {
   EXPECT_THROW(make_kv_policy("clusterattn", o,
                               KvCacheShape{.n_layers = 1, .n_kv_heads = 1, .head_dim = kDim}),
                ParseError);
-  EXPECT_THROW(load_clusterattn_params((dir / "missing.json").string()), NotFound);
-  std::filesystem::remove_all(dir);
+  EXPECT_THROW(load_clusterattn_params(dir.file("missing.json")), NotFound);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/gpu.h"
+#include "common/temp_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/kv_quant.h"
@@ -285,8 +286,8 @@ std::string write_calibration() {
     }
     c.layers.push_back(lc);
   }
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "tandem_kv_quant_cuda_calib.json").string();
+  static const tandem::fixtures::TempDir dir("kvq-cuda");  // this process's own, removed at exit
+  const std::string path = dir.file("calib.json");
   save_qokv_calibration(c, path);
   return path;
 }

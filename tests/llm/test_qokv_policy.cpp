@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/temp_dir.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/kv_policy_registry.h"
@@ -294,8 +295,10 @@ QokvCalibration calibration(int value_group) {
   return c;
 }
 
+// A file in this process's own scratch folder (removed at exit).
 std::string temp_path(const char* name) {
-  return (std::filesystem::temp_directory_path() / (std::string("tandem_qokv_") + name)).string();
+  static const tandem::fixtures::TempDir dir("qokv");
+  return dir.file(name);
 }
 
 TEST(QokvCalibrationValueGroup, RoundTripsAndSetsThePolicysValueFormat) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/sched/pipeline.h"
 
@@ -91,13 +92,7 @@ inline std::map<std::string, std::string> start_workers(
     std::vector<std::unique_ptr<ChildWorker>>& workers, const std::filesystem::path& dir,
     const std::string& key_path, int n) {
   std::map<std::string, std::string> map;
-  // Names built with += (GCC 12 reports a false -Wstringop-overflow for "literal" + std::string&&
-  // at -O3).
-  auto numbered = [](const char* prefix, int i) {
-    std::string name = prefix;
-    name += std::to_string(i);
-    return name;
-  };
+  using tandem::fixtures::numbered;
   for (int i = 0; i < n; ++i)
     workers.push_back(std::make_unique<ChildWorker>(dir, numbered("w", i), key_path));
   for (int i = 0; i < n; ++i) map[numbered("dev", i)] = workers[i]->endpoint();
