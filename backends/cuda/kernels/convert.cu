@@ -5,6 +5,7 @@
 // explicitly rounded float operations so that no fused multiply-add changes a tie. Plus a strided
 // gather of storage units.
 #include "common.cuh"
+#include "quant_block.h"
 
 namespace tandem::cuda::k {
 namespace {
@@ -134,15 +135,8 @@ __global__ void convert_u4_kernel(DType st, const uint8_t* src, StridedView view
   }
 }
 
-// The f16 bits of v at p with one 16-bit store (q8_0 / q4_0 / q4_1 blocks are 34, 18 and 20
-// bytes, so every scale and min is 2-byte aligned). Two byte stores of the half's bits were
-// miscompiled for sm_90 (CUDA 13.0): ptxas turned the store of the low byte into an f16 -> u8 value
-// conversion (F2I.U8.F16) of the scale, which wrote 0 for every scale below 1.
-__device__ __forceinline__ void put_half(uint8_t* p, float v) {
-  *reinterpret_cast<uint16_t*>(p) = float_to_half_bits(v);
-}
-
-// dst q8_0 / q4_0 / q4_1: one thread per block of 32 values.
+// dst q8_0 / q4_0 / q4_1: one thread per block of 32 values (the block math is quant_block.h's,
+// which a CPU test checks against the CPU reference).
 __global__ void quantize_kernel(DType st, const uint8_t* src, StridedView view, bool dense,
                                 DType dt, uint8_t* dst, int64_t n) {
   const int64_t bytes = dtype_block_bytes(dt);
@@ -150,49 +144,7 @@ __global__ void quantize_kernel(DType st, const uint8_t* src, StridedView view, 
     float x[32];
     for (int j = 0; j < 32; ++j)
       x[j] = static_cast<float>(load_value(st, src, source_offset(view, dense, blk * 32 + j)));
-    uint8_t* out = dst + blk * bytes;
-    if (dt == DType::kQ8_0) {
-      float amax = 0.0f;
-      for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
-      const float d = __fdiv_rn(amax, 127.0f);
-      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-      put_half(out, d);
-      for (int j = 0; j < 32; ++j)
-        out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(roundf(__fmul_rn(x[j], id))));
-    } else if (dt == DType::kQ4_0) {
-      float amax = 0.0f, vmax = 0.0f;
-      for (int j = 0; j < 32; ++j) {
-        if (fabsf(x[j]) > amax) {
-          amax = fabsf(x[j]);
-          vmax = x[j];
-        }
-      }
-      const float d = __fdiv_rn(vmax, -8.0f);
-      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-      put_half(out, d);
-      for (int j = 0; j < 16; ++j) {
-        const int lo = min(15, static_cast<int>(__fadd_rn(__fmul_rn(x[j], id), 8.5f)));
-        const int hi = min(15, static_cast<int>(__fadd_rn(__fmul_rn(x[j + 16], id), 8.5f)));
-        out[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
-      }
-    } else {  // kQ4_1
-      float lo = x[0], hi = x[0];
-      for (int j = 1; j < 32; ++j) {
-        lo = fminf(lo, x[j]);
-        hi = fmaxf(hi, x[j]);
-      }
-      const float d = __fdiv_rn(__fsub_rn(hi, lo), 15.0f);
-      const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-      put_half(out, d);
-      put_half(out + 2, lo);
-      for (int j = 0; j < 16; ++j) {
-        const int a =
-            min(15, static_cast<int>(__fadd_rn(__fmul_rn(__fsub_rn(x[j], lo), id), 0.5f)));
-        const int b =
-            min(15, static_cast<int>(__fadd_rn(__fmul_rn(__fsub_rn(x[j + 16], lo), id), 0.5f)));
-        out[4 + j] = static_cast<uint8_t>(a | (b << 4));
-      }
-    }
+    quantize_block(dt, x, dst + blk * bytes);
   }
 }
 

@@ -16,9 +16,8 @@
 //                    "mem_bandwidth_bytes_per_s": 4e9, "mem_bytes": 4e9,
 //                    "power_w": 6.4, "threads": 4, "speed_factor": 1.0,        (optional)
 //                    "description": "...", "op_latency_s": { "<op key>": 1.5e-4 } } ],   (optional)
-//     "links":   [ { "from": "edge0", "to": "edge1", "bandwidth_bytes_per_s": 2.5e6, "latency_s":
-//     0.004,
-//                    "description": "..." } ] }                                 (optional)
+//     "links":   [ { "from": "edge0", "to": "edge1", "bandwidth_bytes_per_s": 2.5e6,
+//                    "latency_s": 0.004, "description": "..." } ] }            (optional)
 // Reading is strict: a missing, wrong-typed or out-of-range field, an unknown key, a duplicate
 // device name, a link naming an unknown device or a repeated link raises ParseError naming the file
 // and the JSON path ("cluster.json: devices[1].peak_flops: expected a positive number, got -3");

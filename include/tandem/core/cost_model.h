@@ -3,22 +3,21 @@
 // IR's FLOPs and bytes (graph.h) and a DeviceProfile / LinkProfile (cluster.h).
 //
 // RooflineCostModel is the analytic model every planner can use without measurements:
-//   t(op) = max(flops / peak_flops, (bytes_read + bytes_written) / mem_bandwidth) /
-//   efficiency(kind)
-//           + launch_overhead_s
+//   t(op) = max(flops / peak_flops, bytes_moved / mem_bandwidth) / efficiency(kind)
+//           + launch_overhead_s          (bytes_moved = bytes_read + bytes_written)
 // (Williams et al., "Roofline", CACM 2009). ProfiledCostModel uses the latency tables `tandem
 // profile` writes into DeviceProfile::op_latency_s: an exact op_key() hit returns the measured
 // time; otherwise the time is interpolated linearly in FLOPs between the two nearest same-kind
 // entries (same kind and the same non-numeric parameters, e.g. weight dtype) that bracket the node;
 // otherwise the roofline answers. prediction_error() reports how far a model is from measurements
 // (mean / max absolute relative error), so predicted and measured cost can be printed side by side
-// as design.md asks.
+// as the project's design asks.
 //
 //   tandem::RooflineCostModel roofline({.launch_overhead_s = 5e-6});
 //   double t = roofline.predict_graph_s(graph, cluster.device("edge0"));
 //   tandem::ProfiledCostModel profiled;
-//   auto err = tandem::prediction_error(roofline, me, tandem::table_samples(me));  // roofline vs
-//   tables
+//   // the roofline against the device's measured tables:
+//   auto err = tandem::prediction_error(roofline, me, tandem::table_samples(me));
 //
 // Where speed_factor applies (one rule for every model): numbers that describe a device itself
 // (peak_flops, bandwidth, its op_latency_s tables) are used as they are; times measured on *this*
