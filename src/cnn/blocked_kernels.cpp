@@ -12,6 +12,8 @@
 #include <limits>
 
 #include "cnn/blocked.h"
+#include "kernels/cpu_info.h"
+#include "kernels/parallel.h"
 
 // GCC 12 warns about the undefined first operand inside the masked max intrinsic.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -40,8 +42,7 @@ void zero_tail(float* y, const BDims& d) {
 
 void to_blocked(const float* x, const BDims& d, float* y, int threads) {
   const int64_t plane = d.h * d.w, nb = d.blocks();
-#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
-  for (int64_t p = 0; p < d.n * nb; ++p) {
+  cpu::parallel_for_static(d.n * nb, team(threads, d.elems()), [&](int64_t p, int) {
     const int64_t n = p / nb, cb = p % nb;
     float* yo = y + p * plane * d.b;
     const int64_t lanes = std::min<int64_t>(d.b, d.c - cb * d.b);
@@ -53,18 +54,17 @@ void to_blocked(const float* x, const BDims& d, float* y, int threads) {
       const float* xi = x + (n * d.c + cb * d.b + l) * plane;
       for (int64_t i = 0; i < plane; ++i) yo[i * d.b + l] = xi[i];
     }
-  }
+  });
 }
 
 void to_plain(const float* x, const BDims& d, float* y, int threads) {
   const int64_t plane = d.h * d.w, nb = d.blocks();
-#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
-  for (int64_t p = 0; p < d.n * d.c; ++p) {
+  cpu::parallel_for_static(d.n * d.c, team(threads, d.elems()), [&](int64_t p, int) {
     const int64_t n = p / d.c, c = p % d.c;
     const float* xi = x + ((n * nb + c / d.b) * plane) * d.b + c % d.b;
     float* yo = y + p * plane;
     for (int64_t i = 0; i < plane; ++i) yo[i] = xi[i * d.b];
-  }
+  });
 }
 
 #if defined(__x86_64__)
@@ -82,13 +82,13 @@ static void tap_range(int64_t base, int d, int k, int64_t lo, int64_t hi, int* k
 // (ranges per row and column): per lane the same operations in the same order as the scalar loop
 // below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
 // included; the average adds the taps in order from 0 and divides by the same count), so the
-// results are the same bits.
-static __attribute__((target("avx512f"))) void pool_b16(const Window& w, bool is_max,
-                                                        const float* x, const BDims& xd, float* y,
-                                                        const BDims& yd, int threads) {
-  const int64_t H = xd.h, W = xd.w, nb = xd.blocks();
-#pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)
-  for (int64_t p = 0; p < xd.n * nb * yd.h; ++p) {
+// results are the same bits. pool_b16_row computes output row p (plane-major); pool_b16 runs the
+// rows.
+static __attribute__((target("avx512f"))) void pool_b16_row(const Window& w, bool is_max,
+                                                            const float* x, const BDims& xd,
+                                                            float* y, const BDims& yd, int64_t p) {
+  const int64_t H = xd.h, W = xd.w;
+  {  // one output row
     const int64_t oy = p % yd.h, plane = p / yd.h;
     const float* xp = x + plane * H * W * 16;
     float* yr = y + (plane * yd.h + oy) * yd.w * 16;
@@ -125,6 +125,12 @@ static __attribute__((target("avx512f"))) void pool_b16(const Window& w, bool is
   }
 }
 
+static void pool_b16(const Window& w, bool is_max, const float* x, const BDims& xd, float* y,
+                     const BDims& yd, int threads) {
+  cpu::parallel_for_static(xd.n * xd.blocks() * yd.h, team(threads, yd.elems()),
+                           [&](int64_t p, int) { pool_b16_row(w, is_max, x, xd, y, yd, p); });
+}
+
 #endif
 
 void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, const BDims& yd,
@@ -132,7 +138,7 @@ void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, cons
   const Window& w = n.window;
   const bool is_max = n.op == OpKind::kMaxPool;
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx512 = cpu::cpu_info().avx512f;
   if (xd.b == 16 && avx512) {
     pool_b16(w, is_max, x, xd, y, yd, threads);
     if (is_max) zero_tail(y, yd);
@@ -141,8 +147,7 @@ void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, cons
 #endif
   const int64_t B = xd.b, H = xd.h, W = xd.w, nb = xd.blocks();
   const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-#pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)
-  for (int64_t p = 0; p < xd.n * nb * yd.h; ++p) {
+  cpu::parallel_for_static(xd.n * nb * yd.h, team(threads, yd.elems()), [&](int64_t p, int) {
     const int64_t oy = p % yd.h, plane = p / yd.h;
     const float* xp = x + plane * H * W * B;
     float* yr = y + (plane * yd.h + oy) * yd.w * B;
@@ -182,15 +187,14 @@ void pool_blocked(const Node& n, const float* x, const BDims& xd, float* y, cons
         for (int64_t l = 0; l < B; ++l) o[l] = cnt > 0 ? acc[l] / static_cast<float>(cnt) : 0.0f;
       }
     }
-  }
+  });
   if (is_max) zero_tail(y, yd);  // the padded lanes' max over zeros is 0, unless all taps padded
 }
 
 void global_average_pool_blocked(const float* x, const BDims& d, float* y, int threads) {
   const int64_t B = d.b, plane = d.h * d.w, nb = d.blocks();
   const float inv = 1.0f / static_cast<float>(plane);
-#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
-  for (int64_t p = 0; p < d.n * nb; ++p) {
+  cpu::parallel_for_static(d.n * nb, team(threads, d.elems()), [&](int64_t p, int) {
     const int64_t n = p / nb, cb = p % nb;
     float acc[16];
     std::fill(acc, acc + B, 0.0f);
@@ -198,7 +202,7 @@ void global_average_pool_blocked(const float* x, const BDims& d, float* y, int t
     for (int64_t i = 0; i < plane; ++i)
       for (int64_t l = 0; l < B; ++l) acc[l] += xp[i * B + l];
     for (int64_t l = 0; l < B && cb * B + l < d.c; ++l) y[n * d.c + cb * B + l] = acc[l] * inv;
-  }
+  });
 }
 
 void binary_blocked(const Node& n, const float* a, const float* b, const BDims& d, float* y,
@@ -207,15 +211,14 @@ void binary_blocked(const Node& n, const float* a, const float* b, const BDims& 
   const int64_t B = d.b, plane = d.h * d.w, nb = d.blocks();
   const float* cp = b ? nullptr : n.weight.data<float>();
   const int64_t ce = b ? 0 : n.weight.numel();
-#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
-  for (int64_t p = 0; p < d.n * nb; ++p) {
+  cpu::parallel_for_static(d.n * nb, team(threads, d.elems()), [&](int64_t p, int) {
     const int64_t cb = p % nb;
     const float* ap = a + p * plane * B;
     float* yp = y + p * plane * B;
     if (b) {
       const float* bp = b + p * plane * B;
       for (int64_t i = 0; i < plane * B; ++i) yp[i] = add ? ap[i] + bp[i] : ap[i] * bp[i];
-      continue;
+      return;
     }
     float bv[16];
     for (int64_t l = 0; l < B; ++l) {
@@ -225,15 +228,15 @@ void binary_blocked(const Node& n, const float* a, const float* b, const BDims& 
     for (int64_t i = 0; i < plane; ++i)
       for (int64_t l = 0; l < B; ++l)
         yp[i * B + l] = add ? ap[i * B + l] + bv[l] : ap[i * B + l] * bv[l];
-  }
+  });
   if (!b) zero_tail(y, d);
 }
 
 void activation_blocked(const Activation& act, const float* x, const BDims& d, float* y,
                         int threads) {
   const int64_t e = d.elems(), chunk = 16384;
-#pragma omp parallel for num_threads(team(threads, e)) schedule(static)
-  for (int64_t i = 0; i < e; i += chunk) {
+  cpu::parallel_for_static((e + chunk - 1) / chunk, team(threads, e), [&](int64_t c, int) {
+    const int64_t i = c * chunk;
     const int64_t m = std::min(chunk, e - i);
     const float* xs = x + i;
     float* ys = y + i;
@@ -257,7 +260,7 @@ void activation_blocked(const Activation& act, const float* x, const BDims& d, f
         for (int64_t k = 0; k < m; ++k) ys[k] = xs[k] / (1.0f + std::exp(-xs[k]));
         break;
     }
-  }
+  });
   zero_tail(y, d);
 }
 
@@ -265,8 +268,7 @@ void affine_blocked(const Node& n, const float* x, const BDims& d, float* y, int
   const float* s = n.weight.data<float>();
   const float* sh = n.bias.defined() ? n.bias.data<float>() : nullptr;
   const int64_t B = d.b, plane = d.h * d.w, nb = d.blocks();
-#pragma omp parallel for num_threads(team(threads, d.elems())) schedule(static)
-  for (int64_t p = 0; p < d.n * nb; ++p) {
+  cpu::parallel_for_static(d.n * nb, team(threads, d.elems()), [&](int64_t p, int) {
     const int64_t cb = p % nb;
     float sv[16], hv[16];
     for (int64_t l = 0; l < B; ++l) {
@@ -278,20 +280,19 @@ void affine_blocked(const Node& n, const float* x, const BDims& d, float* y, int
     float* yp = y + p * plane * B;
     for (int64_t i = 0; i < plane; ++i)
       for (int64_t l = 0; l < B; ++l) yp[i * B + l] = xp[i * B + l] * sv[l] + hv[l];
-  }
+  });
 }
 
 void resize_blocked(const Node& n, const float* x, const BDims& xd, float* y, const BDims& yd,
                     int threads) {
   const int64_t B = xd.b, nb = xd.blocks();
-#pragma omp parallel for num_threads(team(threads, yd.elems())) schedule(static)
-  for (int64_t p = 0; p < xd.n * nb * yd.h; ++p) {
+  cpu::parallel_for_static(xd.n * nb * yd.h, team(threads, yd.elems()), [&](int64_t p, int) {
     const int64_t oy = p % yd.h, plane = p / yd.h;
     const float* xr = x + (plane * xd.h + oy / n.scale_h) * xd.w * B;
     float* yr = y + (plane * yd.h + oy) * yd.w * B;
     for (int64_t ox = 0; ox < yd.w; ++ox)
       std::memcpy(yr + ox * B, xr + (ox / n.scale_w) * B, static_cast<size_t>(B) * sizeof(float));
-  }
+  });
 }
 
 void concat_blocked(const std::vector<const float*>& xs, const std::vector<BDims>& xds, float* y,
@@ -300,12 +301,11 @@ void concat_blocked(const std::vector<const float*>& xs, const std::vector<BDims
   int64_t b0 = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     const int64_t nb = xds[i].blocks();
-#pragma omp parallel for num_threads(team(threads, xds[i].elems())) schedule(static)
-    for (int64_t p = 0; p < yd.n * nb; ++p) {
+    cpu::parallel_for_static(yd.n * nb, team(threads, xds[i].elems()), [&](int64_t p, int) {
       const int64_t n = p / nb, cb = p % nb;
       std::memcpy(y + (n * yd.blocks() + b0 + cb) * block_elems, xs[i] + p * block_elems,
                   static_cast<size_t>(block_elems) * sizeof(float));
-    }
+    });
     b0 += nb;
   }
 }
@@ -316,12 +316,11 @@ void split_blocked(const float* x, const BDims& xd, const std::vector<float*>& y
   int64_t b0 = 0;
   for (size_t i = 0; i < ys.size(); ++i) {
     const int64_t nb = yds[i].blocks();
-#pragma omp parallel for num_threads(team(threads, yds[i].elems())) schedule(static)
-    for (int64_t p = 0; p < xd.n * nb; ++p) {
+    cpu::parallel_for_static(xd.n * nb, team(threads, yds[i].elems()), [&](int64_t p, int) {
       const int64_t n = p / nb, cb = p % nb;
       std::memcpy(ys[i] + p * block_elems, x + (n * xd.blocks() + b0 + cb) * block_elems,
                   static_cast<size_t>(block_elems) * sizeof(float));
-    }
+    });
     b0 += nb;
   }
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cnn/conv_impl.h"
+#include "kernels/parallel.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::cnn::kernels {
@@ -155,8 +156,11 @@ void ConvKernel::run(const View& x, const View* residual, const Region& out, Ten
     float* v = y.data<float>();
     const float* c = conv.data<float>();
     const int64_t e = y.numel();
-#pragma omp parallel for num_threads(std::max(threads, 1)) schedule(static)
-    for (int64_t i = 0; i < e; ++i) v[i] = apply_act(residual ? c[i] + v[i] : c[i], n.act);
+    const int64_t chunk = 16384;
+    cpu::parallel_for_static((e + chunk - 1) / chunk, std::max(threads, 1), [&](int64_t k, int) {
+      for (int64_t i = k * chunk, end = std::min(e, i + chunk); i < end; ++i)
+        v[i] = apply_act(residual ? c[i] + v[i] : c[i], n.act);
+    });
   }
 }
 

@@ -13,13 +13,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "cnn/blocked.h"
 #include "cnn/vector_exp.h"
+#include "kernels/parallel.h"
 #include "tandem/core/error.h"
 
 // GCC 12 warns about the undefined first operand inside the masked min/max intrinsics.
@@ -206,11 +205,11 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
   // only its own groups' weights); else pixel chunks outer.
   const bool groups_outer = p.w.numel() > x_img;
   const int64_t items = g.n * chunks * groups;
-  // Dynamic: on a shared machine a pre-empted thread's items go to the others (a static split
-  // waits for it). Every output is computed by exactly one item, so the split never changes bits.
-#pragma omp parallel for num_threads(std::max(threads, 1)) \
-    schedule(dynamic, groups_outer ? chunks : 1)
-  for (int64_t it = 0; it < items; ++it) {
+  // Dynamic (parallel_for): on a shared machine a pre-empted thread's work goes to the others (a
+  // static split waits for it); a unit is a whole group's chunks when groups are outer. Every
+  // output is computed by exactly one item, so the split never changes bits.
+  const int64_t unit = groups_outer ? chunks : 1;
+  auto run_item = [&](int64_t it) {
     const int64_t img = it / (chunks * groups);
     const int64_t r = it % (chunks * groups);
     const int64_t grp = groups_outer ? r / chunks : r % groups;
@@ -240,7 +239,10 @@ void conv1x1_blocked(const Conv1x1Weights& p, const Node& n, const Conv1x1Geomet
       }
       pick(tp, ob)(a);
     }
-  }
+  };
+  cpu::parallel_for((items + unit - 1) / unit, std::max(threads, 1), [&](int64_t u, int) {
+    for (int64_t it = u * unit, end = std::min(items, it + unit); it < end; ++it) run_item(it);
+  });
 }
 #else
 void conv1x1_blocked(const Conv1x1Weights&, const Node&, const Conv1x1Geometry&, const float*,

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cnn/kernels.h"
+#include "kernels/cpu_info.h"
+#include "kernels/parallel.h"
 
 namespace tandem::cnn::kernels {
 
@@ -123,7 +125,7 @@ bool is_depthwise(const Node& n) {
 }
 
 void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, int threads) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  static const bool avx512 = cpu::cpu_info().avx512f && cpu::cpu_info().fma;
   const int64_t nb = x.t.size(0), ch = x.t.size(1);
   const int64_t taps = static_cast<int64_t>(n.window.kh) * n.window.kw;
   const float* wp = n.weight.data<float>();
@@ -148,11 +150,12 @@ void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, 
     bhi = std::min(bhi, hi);
   }
   if (bhi < blo) bhi = blo;
-#pragma omp parallel num_threads(y.numel() < (int64_t{1} << 14) ? 1 : std::max(threads, 1))
-  {
-    std::vector<float> acc(static_cast<size_t>(out.cols()));
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < nb * ch; ++p) {
+  const int team =
+      cpu::team_size(nb * ch, y.numel() < (int64_t{1} << 14) ? 1 : std::max(threads, 1));
+  std::vector<std::vector<float>> accs(team, std::vector<float>(static_cast<size_t>(out.cols())));
+  cpu::parallel_for_static(nb * ch, team, [&](int64_t p, int t) {
+    std::vector<float>& acc = accs[t];
+    {
       const int64_t b = p / ch, c = p % ch;
       DwArgs a{xb + b * s0 + c * s1,
                s2,
@@ -175,7 +178,7 @@ void depthwise_conv(const Node& n, const View& x, const Region& out, Tensor& y, 
       else
         dw_plane_base(a, acc.data());
     }
-  }
+  });
 }
 
 }  // namespace tandem::cnn::kernels

@@ -13,6 +13,7 @@
 
 #if defined(TANDEM_HAVE_DNNL)
 #include "kernels/dnnl_adapter.h"
+#include "kernels/parallel.h"
 #endif
 
 namespace tandem::cnn::kernels {
@@ -123,12 +124,13 @@ void pool(const Node& n, const View& x, const Region& out, Tensor& y, int thread
     range(-w.pl, W + w.pr, &plo[kx], &phi[kx]);
   }
   float* yp = y.data<float>();
-#pragma omp parallel num_threads(nthreads(threads, y.numel()))
-  {
-    std::vector<float> acc(static_cast<size_t>(ow));
-    std::vector<int32_t> cnt(static_cast<size_t>(ow));
-#pragma omp for schedule(static)
-    for (int64_t plane = 0; plane < nb * ch; ++plane) {
+  const int team = cpu::team_size(nb * ch, nthreads(threads, y.numel()));
+  std::vector<std::vector<float>> accs(team, std::vector<float>(static_cast<size_t>(ow)));
+  std::vector<std::vector<int32_t>> cnts(team, std::vector<int32_t>(static_cast<size_t>(ow)));
+  cpu::parallel_for_static(nb * ch, team, [&](int64_t plane, int t) {
+    std::vector<float>& acc = accs[t];
+    std::vector<int32_t>& cnt = cnts[t];
+    {
       const int64_t b = plane / ch, c = plane % ch;
       float* yo = yp + plane * oh * ow;
       for (int64_t oy = 0; oy < oh; ++oy) {
@@ -171,22 +173,21 @@ void pool(const Node& n, const View& x, const Region& out, Tensor& y, int thread
         }
       }
     }
-  }
+  });
 }
 
 void global_average_pool(const View& x, Tensor& y, int threads) {
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
   float* yp = y.data<float>();
   const float inv = 1.0f / static_cast<float>(h * w);
-#pragma omp parallel for num_threads(nthreads(threads, x.t.numel())) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
+  cpu::parallel_for_static(nb * ch, nthreads(threads, x.t.numel()), [&](int64_t plane, int) {
     float acc = 0.0f;
     for (int64_t r = 0; r < h; ++r) {
       const float* p = row(x.t, plane / ch, plane % ch, r);
       for (int64_t c = 0; c < w; ++c) acc += p[c];
     }
     yp[plane] = acc * inv;
-  }
+  });
 }
 
 void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, int threads) {
@@ -195,8 +196,7 @@ void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, 
   for (int64_t ox = 0; ox < ow; ++ox) col[ox] = (out.w0 + ox) / n.scale_w - x.region.w0;
   const Rows rows(x.t);
   float* yp = y.data<float>();
-#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
+  cpu::parallel_for_static(nb * ch, nthreads(threads, y.numel()), [&](int64_t plane, int) {
     float* yo = yp + plane * oh * ow;
     for (int64_t oy = 0; oy < oh; ++oy) {
       const int64_t sy = (out.h0 + oy) / n.scale_h - x.region.h0;
@@ -208,7 +208,7 @@ void resize_nearest(const Node& n, const View& x, const Region& out, Tensor& y, 
       const float* src = rows(plane / ch, plane % ch, sy);
       for (int64_t ox = 0; ox < ow; ++ox) yr[ox] = src[col[ox]];
     }
-  }
+  });
 }
 
 void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads) {
@@ -235,8 +235,7 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
   const int64_t H = a.full[2], W = a.full[3];
   const Rows arows(a.t);
   const Rows brows(b ? b->t : a.t);
-#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
+  cpu::parallel_for_static(nb * ch, nthreads(threads, y.numel()), [&](int64_t plane, int) {
     const int64_t bi = plane / ch, c = plane % ch;
     float* yo = yp + plane * h * w;
     for (int64_t r = 0; r < h; ++r) {
@@ -253,7 +252,7 @@ void binary(const Node& n, const View& a, const View* b, Tensor& y, int threads)
         for (int64_t k = 0; k < w; ++k) yr[k] = add ? ar[k] + br[k] : ar[k] * br[k];
       }
     }
-  }
+  });
 }
 
 void activation(const Activation& act, const View& x, Tensor& y, int threads) {
@@ -262,16 +261,19 @@ void activation(const Activation& act, const View& x, Tensor& y, int threads) {
     const Tensor xc = x.t.contiguous();
     const float* xp = xc.data<float>();
     const int64_t e = xc.numel(), chunk = 16384;
-#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
-    for (int64_t i = 0; i < e; i += chunk) act_row(xp + i, yp + i, std::min(chunk, e - i), act);
+    cpu::parallel_for_static((e + chunk - 1) / chunk, nthreads(threads, y.numel()),
+                             [&](int64_t c, int) {
+                               const int64_t i = c * chunk;
+                               act_row(xp + i, yp + i, std::min(chunk, e - i), act);
+                             });
     return;
   }
   const int64_t nb = x.t.size(0), ch = x.t.size(1), h = x.t.size(2), w = x.t.size(3);
   const Rows rows(x.t);
-#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane)
+  cpu::parallel_for_static(nb * ch, nthreads(threads, y.numel()), [&](int64_t plane, int) {
     for (int64_t r = 0; r < h; ++r)
       act_row(rows(plane / ch, plane % ch, r), yp + (plane * h + r) * w, w, act);
+  });
 }
 
 void affine(const Node& n, const View& x, Tensor& y, int threads) {
@@ -292,15 +294,14 @@ void affine(const Node& n, const View& x, Tensor& y, int threads) {
   }
   const int64_t h = x.t.size(2), w = x.t.size(3);
   const Rows rows(x.t);
-#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
-  for (int64_t plane = 0; plane < nb * ch; ++plane) {
+  cpu::parallel_for_static(nb * ch, nthreads(threads, y.numel()), [&](int64_t plane, int) {
     const int64_t c = plane % ch;
     for (int64_t r = 0; r < h; ++r) {
       const float* xr = rows(plane / ch, c, r);
       float* yr = yp + (plane * h + r) * w;
       for (int64_t k = 0; k < w; ++k) yr[k] = xr[k] * s[c] + (sh ? sh[c] : 0.0f);
     }
-  }
+  });
 }
 
 void concat(const std::vector<View>& xs, Tensor& y, int threads) {
@@ -314,13 +315,12 @@ void concat(const std::vector<View>& xs, Tensor& y, int threads) {
     if (t.rank() == 4) {  // a (possibly strided) tile: copy rows
       const int64_t h = t.size(2), w = t.size(3);
       const Rows rows(t);
-#pragma omp parallel for num_threads(nthreads(threads, y.numel())) schedule(static)
-      for (int64_t p = 0; p < nb * ch; ++p) {
+      cpu::parallel_for_static(nb * ch, nthreads(threads, y.numel()), [&](int64_t p, int) {
         const int64_t b = p / ch, c = p % ch;
         float* dst = yp + (b * cy + c0 + c) * plane;
         for (int64_t r = 0; r < h; ++r)
           std::memcpy(dst + r * w, rows(b, c, r), static_cast<size_t>(w) * sizeof(float));
-      }
+      });
     } else {  // whole tensors of any rank: blocks of ch * plane elements per image
       const Tensor tc = t.contiguous();
       const float* src = tc.data<float>();
@@ -342,13 +342,12 @@ void split(const Node& n, const View& x, std::vector<Tensor*>& ys, int threads) 
     if (x.t.rank() == 4) {
       const int64_t h = x.t.size(2), w = x.t.size(3);
       const Rows rows(x.t);
-#pragma omp parallel for num_threads(nthreads(threads, x.t.numel())) schedule(static)
-      for (int64_t p = 0; p < nb * ch; ++p) {
+      cpu::parallel_for_static(nb * ch, nthreads(threads, x.t.numel()), [&](int64_t p, int) {
         const int64_t b = p / ch, c = p % ch;
         for (int64_t r = 0; r < h; ++r)
           std::memcpy(yp + (p * h + r) * w, rows(b, c0 + c, r),
                       static_cast<size_t>(w) * sizeof(float));
-      }
+      });
     } else {
       const Tensor xc = x.t.contiguous();
       const float* src = xc.data<float>();

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // SiLU in place (vector_exp.h).
 #include "cnn/vector_exp.h"
-
-#include <omp.h>
+#include "kernels/cpu_info.h"
+#include "kernels/parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,25 +29,23 @@ __attribute__((target("avx512f,fma"))) void silu_avx512(float* y, int64_t n) {
 
 void silu_inplace(float* y, int64_t n, int threads) {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  static const bool avx512 = cpu::cpu_info().avx512f && cpu::cpu_info().fma;
 #else
   constexpr bool avx512 = false;
 #endif
   constexpr int64_t kChunk = 16 * 1024;  // floats per work item
   const int64_t items = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for num_threads( \
-    std::max(1, std::min <int>(threads, static_cast <int>(items)))) schedule(static)
-  for (int64_t it = 0; it < items; ++it) {
+  cpu::parallel_for_static(items, std::max(1, threads), [&](int64_t it, int) {
     float* p = y + it * kChunk;
     const int64_t m = std::min(kChunk, n - it * kChunk);
 #if defined(__x86_64__)
     if (avx512) {
       silu_avx512(p, m);
-      continue;
+      return;
     }
 #endif
     for (int64_t i = 0; i < m; ++i) p[i] = p[i] / (1.0f + std::exp(-p[i]));
-  }
+  });
 }
 
 }  // namespace tandem::cnn::kernels

@@ -16,6 +16,7 @@
 // most one thread per such amount of work.
 //
 //   const int t = parallel_threads(m * n * k, bytes, cpu_num_threads());
+//   parallel_for_static(rows, t, [&](int64_t r, int) { row(r); });   // even items, static split
 //   std::vector<std::vector<float>> scratch(team_size(tiles, t));
 //   parallel_for(tiles, t, [&](int64_t i, int th) { use(scratch[th], i); });
 #pragma once
@@ -65,6 +66,33 @@ void parallel_for(int64_t n, int threads, F&& body) {
         if (!error) error = std::current_exception();
       }
       failed.store(true, std::memory_order_relaxed);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// The same with a static split: thread t of the team runs the contiguous items
+// [n t / team, n (t + 1) / team) in order. For many small, even items (rows, planes), where
+// handing them out one at a time would cost more than the work. Exceptions as parallel_for.
+template <class F>
+void parallel_for_static(int64_t n, int threads, F&& body) {
+  if (n <= 0) return;
+  const int team = static_cast<int>(std::min<int64_t>(std::max(threads, 1), n));
+  if (team == 1) {
+    for (int64_t i = 0; i < n; ++i) body(i, 0);
+    return;
+  }
+  std::exception_ptr error;
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num(), k = omp_get_num_threads();
+    try {
+      for (int64_t i = n * t / k, end = n * (t + 1) / k; i < end; ++i) body(i, t);
+    } catch (...) {
+#pragma omp critical(tandem_parallel_for_error)
+      {
+        if (!error) error = std::current_exception();
+      }
     }
   }
   if (error) std::rethrow_exception(error);
