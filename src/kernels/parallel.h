@@ -45,30 +45,50 @@ inline int parallel_threads(int64_t macs, int64_t bytes, int threads) {
   return static_cast<int>(std::clamp<int64_t>(by_work, 1, std::max(threads, 1)));
 }
 
+// The first exception thrown inside an OpenMP region, re-thrown after it.
+class FirstError {
+ public:
+  void keep() {
+#pragma omp critical(tandem_parallel_for_error)
+    {
+      if (!error_) error_ = std::current_exception();
+    }
+    failed_.store(true, std::memory_order_relaxed);
+  }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::exception_ptr error_;
+  std::atomic<bool> failed_{false};
+};
+
+// Threads of the team for n items, 1 when the loop should run on the calling thread.
+inline int team_for(int64_t n, int threads) {
+  return static_cast<int>(std::min<int64_t>(std::max(threads, 1), n));
+}
+
 template <class F>
 void parallel_for(int64_t n, int threads, F&& body) {
   if (n <= 0) return;
-  const int team = static_cast<int>(std::min<int64_t>(std::max(threads, 1), n));
+  const int team = team_for(n, threads);
   if (team == 1) {
     for (int64_t i = 0; i < n; ++i) body(i, 0);
     return;
   }
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
+  FirstError error;
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) {
-    if (failed.load(std::memory_order_relaxed)) continue;
+    if (error.failed()) continue;
     try {
       body(i, omp_get_thread_num());
     } catch (...) {
-#pragma omp critical(tandem_parallel_for_error)
-      {
-        if (!error) error = std::current_exception();
-      }
-      failed.store(true, std::memory_order_relaxed);
+      error.keep();
     }
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 
 // The same with a static split: thread t of the team runs the contiguous items
@@ -77,25 +97,22 @@ void parallel_for(int64_t n, int threads, F&& body) {
 template <class F>
 void parallel_for_static(int64_t n, int threads, F&& body) {
   if (n <= 0) return;
-  const int team = static_cast<int>(std::min<int64_t>(std::max(threads, 1), n));
+  const int team = team_for(n, threads);
   if (team == 1) {
     for (int64_t i = 0; i < n; ++i) body(i, 0);
     return;
   }
-  std::exception_ptr error;
+  FirstError error;
 #pragma omp parallel num_threads(team)
   {
     const int t = omp_get_thread_num(), k = omp_get_num_threads();
     try {
       for (int64_t i = n * t / k, end = n * (t + 1) / k; i < end; ++i) body(i, t);
     } catch (...) {
-#pragma omp critical(tandem_parallel_for_error)
-      {
-        if (!error) error = std::current_exception();
-      }
+      error.keep();
     }
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 
 // Number of threads parallel_for will use for n items.

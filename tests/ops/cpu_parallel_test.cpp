@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU kernels' threading rule (backends/cpu/fast/parallel.h): small work stays on the calling
 // thread, larger work gets at most one thread per threshold amount, never more than allowed; and
-// parallel_for runs every item exactly once and passes exceptions on.
+// parallel_for and parallel_for_static run every item exactly once and pass exceptions on.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -30,27 +30,39 @@ TEST(CpuParallel, LargeWorkUsesThreadsInProportion) {
   EXPECT_EQ(parallel_threads(int64_t{1} << 40, 0, 0), 1);  // no threads allowed: still one
 }
 
+// Both schedules: every item once, thread ids inside the team, static ranges in order per thread.
 TEST(CpuParallel, ParallelForRunsEveryItemOnce) {
-  for (int threads : {1, 2, 4}) {
-    std::vector<std::atomic<int>> hits(37);
-    std::atomic<int> bad_thread{0};
-    const int team = team_size(37, threads);
-    parallel_for(37, threads, [&](int64_t i, int th) {
-      hits[static_cast<size_t>(i)].fetch_add(1);
-      if (th < 0 || th >= team) bad_thread.fetch_add(1);
-    });
-    for (auto& h : hits) EXPECT_EQ(h.load(), 1) << threads << " threads";
-    EXPECT_EQ(bad_thread.load(), 0);
+  for (bool dynamic : {true, false}) {
+    for (int threads : {1, 2, 4}) {
+      std::vector<std::atomic<int>> hits(37);
+      std::atomic<int> bad_thread{0};
+      std::vector<int64_t> last(4, -1);
+      std::atomic<int> out_of_order{0};
+      const int team = team_size(37, threads);
+      auto body = [&](int64_t i, int th) {
+        hits[static_cast<size_t>(i)].fetch_add(1);
+        if (th < 0 || th >= team) return void(bad_thread.fetch_add(1));
+        if (!dynamic && i <= last[static_cast<size_t>(th)]) out_of_order.fetch_add(1);
+        last[static_cast<size_t>(th)] = i;
+      };
+      if (dynamic)
+        parallel_for(37, threads, body);
+      else
+        parallel_for_static(37, threads, body);
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1) << threads << " threads";
+      EXPECT_EQ(bad_thread.load(), 0);
+      EXPECT_EQ(out_of_order.load(), 0);
+    }
   }
 }
 
 TEST(CpuParallel, ParallelForRethrowsTheFirstError) {
+  auto body = [](int64_t i, int) {
+    if (i == 5) throw std::runtime_error("item 5");
+  };
   for (int threads : {1, 2}) {
-    EXPECT_THROW(parallel_for(16, threads,
-                              [](int64_t i, int) {
-                                if (i == 5) throw std::runtime_error("item 5");
-                              }),
-                 std::runtime_error);
+    EXPECT_THROW(parallel_for(16, threads, body), std::runtime_error);
+    EXPECT_THROW(parallel_for_static(16, threads, body), std::runtime_error);
   }
 }
 
