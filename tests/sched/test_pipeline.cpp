@@ -165,7 +165,9 @@ const Registration kRowsGroup(
                return out;
              }});
 
-TEST(SchedPipeline, GroupStageSplitsRunsEachShareAndStitchesBitExact) {
+// The group plan (a one-device stage, a 3-device group over rows [0,3) [3,4) [4,8), one more
+// stage) against its one-device twin, run with local stages called directly or over inproc://.
+void expect_group_stage_matches_one_device(bool direct) {
   auto shares = [](std::vector<int64_t> cuts, std::vector<std::string> devs) {
     std::vector<DeviceShare> g;
     for (size_t k = 0; k < devs.size(); ++k)
@@ -201,21 +203,27 @@ TEST(SchedPipeline, GroupStageSplitsRunsEachShareAndStitchesBitExact) {
     cl.devices.push_back(p);
   }
   for (const char* d : {"g1", "g2"}) cl.links.push_back({"g0", d, 1e8, 1e-4, ""});
-  for (bool direct : {true, false}) {
-    PipelineOptions o;
-    o.direct_local = direct;
-    Pipeline pipe(group, cl, {}, o);
-    const RunReport r = pipe.run(reqs);
-    ASSERT_EQ(r.outputs.size(), want.size());
-    for (const auto& [id, ps] : want)
-      EXPECT_EQ(values_of(r.outputs.at(id).at(0).tensors.at(0)), values_of(ps.at(0).tensors.at(0)))
-          << "request " << id << (direct ? " direct" : " inproc");
-    EXPECT_EQ(r.final_devices, (std::vector<std::string>{"m0", "g0", "g1", "g2", "m1"}));
-  }
+  PipelineOptions o;
+  o.direct_local = direct;
+  Pipeline pipe(group, cl, {}, o);
+  const RunReport r = pipe.run(reqs);
+  ASSERT_EQ(r.outputs.size(), want.size());
+  for (const auto& [id, ps] : want)
+    EXPECT_EQ(values_of(r.outputs.at(id).at(0).tensors.at(0)), values_of(ps.at(0).tensors.at(0)))
+        << "request " << id;
+  EXPECT_EQ(r.final_devices, (std::vector<std::string>{"m0", "g0", "g1", "g2", "m1"}));
   // A kind without split/stitch cannot run on a group.
   PipelinePlan bad = group;
   bad.stages[1].stage = {{"kind", "sched.identity"}};
   EXPECT_THROW(Pipeline(bad, cl, {}), InvalidArgument);
+}
+
+TEST(SchedPipeline, GroupStageDirectSplitsRunsEachShareAndStitchesBitExact) {
+  expect_group_stage_matches_one_device(true);
+}
+
+TEST(SchedPipeline, GroupStageInprocSplitsRunsEachShareAndStitchesBitExact) {
+  expect_group_stage_matches_one_device(false);
 }
 
 TEST(SchedMlp, SplittingLayersOverStagesIsBitExact) {
