@@ -15,16 +15,7 @@
 #include "kernels/dequant.h"
 #include "tandem/core/dtype.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx2,fma,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
-#endif
+#include "kernels/isa_region_avx512.h"
 namespace tandem::llm::kvattn::avx512 {
 using cpu::BlockQ4_0;
 using cpu::BlockQ4_1;
@@ -100,12 +91,7 @@ struct C {
 // The generic loops below use the V and C just defined.
 #include "attention_kernels.inc"
 }  // namespace tandem::llm::kvattn::avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+#include "kernels/isa_region_end.h"
 
 #else
 namespace tandem::llm::kvattn::avx512 {
