@@ -49,6 +49,7 @@ struct PipelineRunOptions {
   int vocab = 256;
   uint64_t seed = 1;
   std::string json_path;
+  std::string replan_profile;  // HPipe model profile: re-split layers over survivors on a loss
 };
 
 struct OverheadOptions {
@@ -133,6 +134,13 @@ int run_pipeline(const PipelineRunOptions& o) {
   po.client.configure_timeout_s = o.configure_timeout_s;
   po.run_timeout_s = o.run_timeout_s;
   if (!o.key.empty()) po.key = sched::ClusterKey::load(o.key);
+  if (!o.replan_profile.empty()) {
+    if (!is_layer_plan(plan) || cluster_path.empty())
+      throw InvalidArgument(
+          "pipeline run: --replan-profile re-plans LLM (llm.layers) plans and needs the cluster");
+    po.replan_plan = llm::hpipe::replan_over_survivors(
+        llm::hpipe::ModelProfile::load(o.replan_profile), cluster);
+  }
 
   std::vector<int64_t> slices = plan.slices;
   if (slices.empty()) {
@@ -419,6 +427,10 @@ const CommandRegistration kReg([](CLI::App& app) {
                 "Also run in process and compare bit for bit: an LLM plan against the whole model "
                 "on one device, other plans against their stages in sequence");
   run->add_option("--json", o->json_path, "Write the report as JSON");
+  run->add_option("--replan-profile", o->replan_profile,
+                  "LLM plans: when a worker is lost, re-split the layers over the survivors with "
+                  "this HPipe model profile (default: move the lost stage whole)")
+      ->check(CLI::ExistingFile);
   auto ov = std::make_shared<OverheadOptions>();
   CLI::App* over =
       sub->add_subcommand("overhead", "Per-packet runtime cost vs memcpy and raw ZeroMQ");

@@ -118,6 +118,27 @@ struct Pipeline::Impl {
     return e;
   }
 
+  // Takes `p` as the plan to run: checks what the runtime needs of it and lays out its slots.
+  void adopt(PipelinePlan p) {
+    if (p.stages.empty()) throw InvalidArgument("pipeline: the plan has no stages");
+    std::vector<std::string> slots;
+    std::vector<size_t> begin;
+    for (size_t i = 0; i < p.stages.size(); ++i) {
+      const PlanStage& s = p.stages[i];
+      if (s.devices.empty() || s.devices.size() > 4096)
+        throw InvalidArgument(cat("pipeline: stage ", i, " has ", s.devices.size(), " devices"));
+      if (s.is_group() && !group_ops_registry().contains(s.kind()))
+        throw InvalidArgument(cat("pipeline: stage ", i, " runs '", s.kind(), "' on a group of ",
+                                  s.devices.size(), " devices, but that kind registers no split/",
+                                  "stitch (group_ops_registry)"));
+      begin.push_back(slots.size());
+      for (const auto& d : s.devices) slots.push_back(d.device);
+    }
+    plan = std::move(p);
+    devices = std::move(slots);
+    slot_begin = std::move(begin);
+  }
+
   std::vector<std::string> alive_devices() const {
     std::set<std::string> all;
     for (const auto& d : plan.devices()) all.insert(d);
@@ -138,22 +159,10 @@ struct Pipeline::Impl {
 Pipeline::Pipeline(PipelinePlan plan, ClusterSpec cluster,
                    std::map<std::string, std::string> workers, PipelineOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->plan = std::move(plan);
   impl_->cluster = std::move(cluster);
   impl_->workers = std::move(workers);
   impl_->opt = std::move(options);
-  if (impl_->plan.stages.empty()) throw InvalidArgument("pipeline: the plan has no stages");
-  for (size_t i = 0; i < impl_->plan.stages.size(); ++i) {
-    const PlanStage& s = impl_->plan.stages[i];
-    if (s.devices.empty() || s.devices.size() > 4096)
-      throw InvalidArgument(cat("pipeline: stage ", i, " has ", s.devices.size(), " devices"));
-    if (s.is_group() && !group_ops_registry().contains(s.kind()))
-      throw InvalidArgument(cat("pipeline: stage ", i, " runs '", s.kind(), "' on a group of ",
-                                s.devices.size(), " devices, but that kind registers no split/",
-                                "stitch (group_ops_registry)"));
-    impl_->slot_begin.push_back(impl_->devices.size());
-    for (const auto& d : s.devices) impl_->devices.push_back(d.device);
-  }
+  impl_->adopt(std::move(plan));
   for (const auto& [d, e] : impl_->workers)
     if (!is_local(e) && e.rfind("tcp://", 0) != 0 && e.rfind("inproc://", 0) != 0 &&
         e.rfind("ipc://", 0) != 0)
@@ -470,6 +479,20 @@ RunReport Pipeline::run(
                        " re-plans; last failure: " + failure->what);
     const std::vector<std::string> failed(im.failed.begin(), im.failed.end());
     const std::vector<std::string> alive = im.alive_devices();
+    if (im.opt.replan_plan) {
+      PipelinePlan next = im.opt.replan_plan(im.plan, failed, alive);
+      for (const auto& d : next.devices())
+        if (im.failed.count(d))
+          throw Infeasible("pipeline: the re-plan kept failed device '" + d + "'");
+      im.adopt(std::move(next));
+      ++report.replans;
+      std::string over;
+      for (const auto& d : im.plan.devices()) over += (over.empty() ? "" : ", ") + d;
+      report.events.push_back(
+          "t=" + std::to_string(now_s()) + " s: re-plan: " + std::to_string(im.plan.stages.size()) +
+          " stages over " + over + "; re-running " + std::to_string(pending.size()) + " requests");
+      continue;
+    }
     auto next = (im.opt.replan ? im.opt.replan : default_replan)(im.devices, failed, alive);
     if (next.size() != im.devices.size())
       throw InvalidArgument("pipeline: the re-plan callback returned " +

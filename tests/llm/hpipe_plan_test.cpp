@@ -305,6 +305,29 @@ TEST(HpipePlan, LayerFitIsACoreCostModel) {
   EXPECT_THROW(cost.layers_s(1, false, 8, 0, stopped), InvalidArgument);
 }
 
+// After a lost worker the runtime can ask HPipe again: the layers are re-split over the survivors
+// (DP 1 on the two left), the running plan's slices kept.
+TEST(HpipePlan, ReplanOverSurvivorsReSplitsTheLayers) {
+  const ModelProfile p = tiny_profile(12);
+  ClusterSpec cl = cluster({0.5, 1.0, 1.0});
+  cl.links.push_back({dev_name(0), dev_name(2), 1.25e8, 1e-4, ""});  // the survivors' link
+  const sched::PipelinePlan plan = make_plan(p, cl, "c", 512, "hpipe", {.batch = 2});
+  const sched::PipelinePlan next = replan_over_survivors(p, cl)(plan, {dev_name(1)}, {});
+  EXPECT_EQ(next.devices(), (std::vector<std::string>{dev_name(0), dev_name(2)}));
+  const LayerStages ls = layer_stages(next);
+  EXPECT_EQ(ls.cuts().front(), 0);
+  EXPECT_EQ(ls.cuts().back(), 12);
+  EXPECT_LT(ls.stages[0].last_layer - ls.stages[0].first_layer, 6);  // the slow device gets fewer
+  EXPECT_EQ(next.slices, plan.slices);
+  EXPECT_EQ(next.micro_batches, plan.micro_batches);
+  EXPECT_EQ(next.system, "hpipe");
+  EXPECT_GT(next.predicted.latency_s, 0);
+  EXPECT_EQ(replan_over_survivors(p, cl)(plan, next.devices(), {}).devices(),
+            std::vector<std::string>{dev_name(1)});
+  EXPECT_THROW(replan_over_survivors(p, cl)(plan, {dev_name(0), dev_name(1), dev_name(2)}, {}),
+               Infeasible);
+}
+
 TEST(HpipePlan, ProfileJsonRoundTripsAndRejectsGarbage) {
   const ModelProfile p = tiny_profile(8);
   const ModelProfile q = ModelProfile::from_json(p.to_json());

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "child_worker.h"
+#include "common/temp_dir.h"
 #include "sched_test_util.h"
 #include "tandem/sched/client.h"
 
@@ -161,6 +162,50 @@ TEST_F(SchedDist, PipelineRunCommandVerifiesAndWritesJson) {
   EXPECT_EQ(j["timelines"][1]["kind"], "link");
   EXPECT_EQ(j["timelines"][1]["link"]["messages"], 8);
   EXPECT_GT(j["measured"]["latency_s"].get<double>(), 0.0);
+}
+
+// With a plan-level re-plan (a planner asked again over the survivors), the lost worker's layers
+// are re-split over the two others instead of moving its stage whole: two stages over dev0 and
+// dev2, every request answered once, outputs unchanged (the stateless MLP computes the same under
+// any split).
+TEST_F(SchedDist, KilledWorkerReplanReSplitsTheLayersOverTheSurvivors) {
+  auto map = start_workers(3);
+  const auto plan = mlp_plan({"dev0", "dev1", "dev2"}, 6, 96, false);
+  const std::vector<int64_t> slices = {16, 16, 16, 16};
+  PipelineOptions o = options();
+  std::vector<std::string> failed_seen;
+  o.replan_plan = [&](const PipelinePlan& current, const std::vector<std::string>& failed,
+                      const std::vector<std::string>&) {
+    failed_seen = failed;
+    std::vector<std::string> survivors;
+    for (const auto& d : current.devices())
+      if (std::find(failed.begin(), failed.end(), d) == failed.end()) survivors.push_back(d);
+    return mlp_plan(survivors, 6, 96, false);
+  };
+  ClusterSpec c;
+  for (int i = 0; i < 3; ++i) {  // the slow middle device keeps packets in flight
+    DeviceProfile d;
+    d.name = tandem::fixtures::numbered("dev", i);
+    d.peak_flops = d.mem_bandwidth_bytes_per_s = 1e10;
+    d.mem_bytes = 1e9;
+    d.speed_factor = i == 1 ? 0.05 : 1.0;
+    c.devices.push_back(d);
+  }
+  Pipeline pipe(plan, c, map, o);
+  std::map<uint64_t, int> delivered;
+  RunReport r = pipe.run(mlp_requests(8, slices, 96), [&](uint64_t id, const std::vector<Packet>&) {
+    if (delivered.empty()) workers_[1]->signal(SIGKILL);
+    ++delivered[id];
+  });
+  EXPECT_EQ(r.replans, 1);
+  EXPECT_EQ(failed_seen, std::vector<std::string>{"dev1"});
+  EXPECT_EQ(r.final_devices, (std::vector<std::string>{"dev0", "dev2"}));
+  ASSERT_EQ(delivered.size(), 8u);
+  for (const auto& [id, n] : delivered) EXPECT_EQ(n, 1) << "request " << id;
+  expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(8, slices, 96)));
+  ASSERT_GE(r.events.size(), 2u);
+  EXPECT_NE(r.events[1].find("re-plan: 2 stages over dev0, dev2"), std::string::npos)
+      << r.events[1];
 }
 
 }  // namespace

@@ -44,6 +44,7 @@
 #include "tandem/core/cluster.h"
 #include "tandem/export.h"
 #include "tandem/llm/hpipe_profile.h"
+#include "tandem/sched/pipeline.h"
 #include "tandem/sched/plan.h"
 #include "tandem/sched/simulator.h"
 
@@ -126,6 +127,15 @@ TANDEM_API sched::PipelineSimInput predicted_sim_input(const sched::PipelinePlan
 // Fills plan.predicted from the simulator (source "cost-model+simulator").
 TANDEM_API void predict(sched::PipelinePlan& plan, const ModelProfile& prof,
                         const ClusterSpec& cluster);
+
+// The runtime's plan-level re-plan for HPipe plans (sched::PipelineOptions::replan_plan): over the
+// plan's devices that are still alive (in plan order; the cluster must link consecutive ones), DP 1
+// re-splits the layers (systems hpipe, gp-b, uniform-K; the even split for the others) while the
+// token slices, micro-batches and batch stay those of the running plan (the requests are already
+// cut); the prediction is redone. Infeasible when no survivor is left or the layers do not fit.
+TANDEM_API sched::PlanReplanFn replan_over_survivors(const ModelProfile& prof,
+                                                     const ClusterSpec& cluster,
+                                                     const PlanOptions& options = {});
 
 // Plans `system` (see above; "uniform-K" with 1 <= K <= 128). InvalidArgument for an unknown
 // system, a prompt length < 1 or past the model's profile, fewer layers than devices.

@@ -20,8 +20,9 @@
 // member's.
 //
 // Failure: a stage that hears nothing from its worker for heartbeat_timeout_s (killed, stopped,
-// host gone) raises WorkerLost; the run stops every thread, asks options.replan for a device per
-// stage over the devices still alive (default_replan: each stage of a failed device moves to the
+// host gone) raises WorkerLost; the run stops every thread, asks options.replan_plan for a new plan
+// over the devices still alive when it is set (a planner re-splitting the work), else
+// options.replan for a device per stage (default_replan: each stage of a failed device moves to the
 // surviving device that hosts the fewest stages), re-configures every stage (fresh state: KV
 // caches are dropped), and re-runs every request that had not completed. A request's outputs are
 // delivered (on_result, and RunReport::outputs) exactly once, when all its micro-batches came out
@@ -65,6 +66,13 @@ using ReplanFn = std::function<std::vector<std::string>(
 TANDEM_API std::vector<std::string> default_replan(const std::vector<std::string>& stage_devices,
                                                    const std::vector<std::string>& failed,
                                                    const std::vector<std::string>& alive);
+// Current plan, failed devices, surviving devices -> the plan to continue with (a planner asked
+// again over the survivors: it may re-split layers or regions and change the stages). Its stages
+// must use surviving devices only, and its first stage must accept the requests' packets as they
+// are (same slices / inputs).
+using PlanReplanFn =
+    std::function<PipelinePlan(const PipelinePlan& current, const std::vector<std::string>& failed,
+                               const std::vector<std::string>& alive)>;
 
 struct PipelineOptions {
   size_t queue_capacity = 2;
@@ -76,6 +84,7 @@ struct PipelineOptions {
   ClientOptions client;
   std::optional<ClusterKey> key;  // for tcp:// workers
   ReplanFn replan;                // empty: default_replan
+  PlanReplanFn replan_plan;       // set: used instead of `replan` (a new plan, not new devices)
   // After a request's last micro-batch passes a stage, call its reset(request_id) (frees KV
   // caches). false keeps the state, e.g. for decode steps that follow a pipelined prefill.
   bool reset_finished = true;
