@@ -50,23 +50,20 @@ BackendRegistry& BackendRegistry::global() {
   return *reg;
 }
 
+static_assert(static_cast<int>(DeviceType::kCuda) == 1, "by_type_ has one slot per DeviceType");
+
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   TANDEM_CHECK(backend) << "null backend";
+  const auto slot = static_cast<size_t>(backend->type());
+  TANDEM_CHECK(slot < by_type_.size()) << "device type " << slot << " has no registry slot";
   std::lock_guard lk(mu_);
-  for (auto& b : backends_) {
-    if (b->type() == backend->type()) {
-      b = std::move(backend);
-      return;
-    }
-  }
   backends_.push_back(std::move(backend));
+  by_type_[slot].store(backends_.back().get(), std::memory_order_release);
 }
 
 Backend* BackendRegistry::find(DeviceType type) const {
-  std::lock_guard lk(mu_);
-  for (auto& b : backends_)
-    if (b->type() == type) return b.get();
-  return nullptr;
+  const auto slot = static_cast<size_t>(type);
+  return slot < by_type_.size() ? by_type_[slot].load(std::memory_order_acquire) : nullptr;
 }
 
 Backend& BackendRegistry::get(Device device) const {
@@ -87,9 +84,9 @@ Backend& BackendRegistry::get(Device device) const {
 }
 
 std::vector<Backend*> BackendRegistry::backends() const {
-  std::lock_guard lk(mu_);
-  std::vector<Backend*> out;
-  for (auto& b : backends_) out.push_back(b.get());
+  std::vector<Backend*> out;  // the current backend of each type, in DeviceType order
+  for (const auto& b : by_type_)
+    if (Backend* p = b.load(std::memory_order_acquire)) out.push_back(p);
   return out;
 }
 

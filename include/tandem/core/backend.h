@@ -12,6 +12,8 @@
 // Thread-safety: the registry and backends may be used from any thread after global() returned.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,9 +59,10 @@ class TANDEM_API BackendRegistry {
  public:
   static BackendRegistry& global();
 
-  // Adds a backend; replaces an earlier one of the same type.
+  // Adds a backend; replaces an earlier one of the same type (the replaced one stays alive: a
+  // tensor or a thread may still hold it).
   void add(std::unique_ptr<Backend> backend);
-  // The backend of a type, or nullptr.
+  // The backend of a type, or nullptr. Lock-free: every op looks its backend up here.
   Backend* find(DeviceType type) const;
   // The backend owning a device; throws NotFound when the backend or device index does not exist.
   Backend& get(Device device) const;
@@ -75,7 +78,8 @@ class TANDEM_API BackendRegistry {
  private:
   BackendRegistry() = default;
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<std::unique_ptr<Backend>> backends_;  // in order of addition, never removed
+  std::array<std::atomic<Backend*>, 2> by_type_{};  // the current one per DeviceType
   std::vector<std::string> load_errors_;
 };
 
