@@ -5,7 +5,7 @@
 #include <cstring>
 #include <new>
 
-#include "cpu_info.h"
+#include "kernels/cpu_info.h"
 #include "cpu_kernels.h"
 #include "cpu_stream.h"
 #include "tandem/core/backend.h"

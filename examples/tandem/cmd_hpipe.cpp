@@ -30,7 +30,7 @@ namespace tandem::cli {
 namespace {
 
 using llm::hpipe::ModelProfile;
-using llm::hpipe::PipelinePlan;
+using sched::PipelinePlan;
 
 struct HpipeOptions {
   std::string model;      // GGUF path (empty: SmolLM2 default)
@@ -127,12 +127,14 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   out << j.dump(2) << "\n";
 }
 
-void print_plan(const PipelinePlan& plan, const ClusterSpec& cl) {
-  std::printf("system %s, prompt %d x batch %d, %zu slices, %zu stages\n", plan.system.c_str(),
-              plan.prompt_len, plan.batch, plan.slices.size(), plan.stages.size());
+void print_plan(const PipelinePlan& plan) {
+  const llm::hpipe::LayerStages ls = llm::hpipe::layer_stages(plan);
+  std::printf("system %s, prompt %lld x batch %lld, %zu slices, %zu stages\n", plan.system.c_str(),
+              static_cast<long long>(plan.prompt_len), static_cast<long long>(plan.batch),
+              plan.slices.size(), plan.stages.size());
   std::printf("| stage | device | layers | busy s | bubble |\n|---|---|---|---|---|\n");
-  for (size_t j = 0; j < plan.stages.size(); ++j) {
-    const auto& s = plan.stages[j];
+  for (size_t j = 0; j < ls.stages.size(); ++j) {
+    const auto& s = ls.stages[j];
     const double busy = plan.predicted.per_stage_busy_s.at(j);
     std::printf("| %zu | %s | [%d, %d) | %.4f | %.1f%% |\n", j, s.device.c_str(), s.first_layer,
                 s.last_layer, busy, 100.0 * (1.0 - busy / plan.predicted.latency_s));
@@ -142,9 +144,8 @@ void print_plan(const PipelinePlan& plan, const ClusterSpec& cl) {
   if (plan.slices.size() > 40) sl += ",...";
   std::printf(
       "slices: %s\npredicted latency %.4f s, throughput %.1f tokens/s, energy %.1f J (%s)\n",
-      sl.c_str(), plan.predicted.latency_s, plan.predicted.throughput_tokens_per_s,
+      sl.c_str(), plan.predicted.latency_s, plan.predicted.throughput_per_s,
       plan.predicted.energy_j, plan.predicted.source.c_str());
-  (void)cl;
 }
 
 std::vector<int32_t> random_prompt(int n, int64_t vocab) {
@@ -170,25 +171,24 @@ int run_plan_cmd(const HpipeOptions& o) {
   const ModelProfile p = load_or_measure(o);
   const PipelinePlan plan =
       llm::hpipe::make_plan(p, cl, o.cluster_path, o.prompt_len, o.system, {.batch = o.batch});
-  print_plan(plan, cl);
+  print_plan(plan);
   if (!o.out.empty()) plan.save(o.out);
   return 0;
 }
 
 int run_simulate_cmd(const HpipeOptions& o) {
   const ClusterSpec cl = ClusterSpec::from_json_file(o.cluster_path);
-  PipelinePlan plan = PipelinePlan::load(o.plan_path);
+  PipelinePlan plan = PipelinePlan::from_json_file(o.plan_path);
   HpipeOptions mo = o;
-  if (mo.model.empty() && mo.synthetic.empty()) mo.model = plan.model_path;
+  if (mo.model.empty() && mo.synthetic.empty())
+    mo.model = llm::hpipe::layer_stages(plan, o.plan_path).model_path;
   const ModelProfile p = load_or_measure(mo);
-  for (const auto& s : plan.stages) {
-    if (!cl.has_device(s.device)) {
-      throw InvalidArgument(
-          cat(o.plan_path, ": device '", s.device, "' is not in ", o.cluster_path));
-    }
+  for (const auto& d : plan.devices()) {
+    if (!cl.has_device(d))
+      throw InvalidArgument(cat(o.plan_path, ": device '", d, "' is not in ", o.cluster_path));
   }
   llm::hpipe::predict(plan, p, cl);
-  print_plan(plan, cl);
+  print_plan(plan);
   if (!o.out.empty()) write_json(o.out, plan.to_json());
   return 0;
 }
@@ -206,9 +206,9 @@ nlohmann::json compare_one(const ModelProfile& p, const ClusterSpec& cl, const H
     return row;
   }
   row["slices"] = plan.slices.size();
-  row["cuts"] = plan.cuts();
+  row["cuts"] = llm::hpipe::layer_stages(plan).cuts();
   row["predicted_latency_s"] = plan.predicted.latency_s;
-  row["predicted_throughput"] = plan.predicted.throughput_tokens_per_s;
+  row["predicted_throughput"] = plan.predicted.throughput_per_s;
   row["predicted_energy_j"] = plan.predicted.energy_j;
   if (replay) {
     const auto r =
@@ -219,7 +219,7 @@ nlohmann::json compare_one(const ModelProfile& p, const ClusterSpec& cl, const H
     row["measured_throughput"] = double(o.batch) * len / r.measured.makespan_s;
     double e = 0;
     for (size_t j = 0; j < plan.stages.size(); ++j) {
-      e += cl.device(plan.stages[j].device).power_w * r.measured.device_busy_s[j];
+      e += cl.device(plan.stages[j].device()).power_w * r.measured.device_busy_s[j];
     }
     row["measured_energy_j"] = e;
   }
@@ -347,16 +347,16 @@ int run_scale_cmd(const HpipeOptions& o) {
         if (sys == "gpipe") gpipe = plan.predicted.latency_s;
         const auto r = sched::simulate_pipeline(llm::hpipe::predicted_sim_input(plan, pn, cl));
         std::printf("| %d | %d | %d | %s | %.4f | %.1f | %s | %d |\n", n, pn.n_layers, len,
-                    sys.c_str(), plan.predicted.latency_s, plan.predicted.throughput_tokens_per_s,
+                    sys.c_str(), plan.predicted.latency_s, plan.predicted.throughput_per_s,
                     gpipe > 0 ? cat(plan.predicted.latency_s / gpipe).c_str() : "", r.events);
         rows.push_back({{"devices", n},
                         {"layers", pn.n_layers},
                         {"prompt_len", len},
                         {"system", sys},
                         {"predicted_latency_s", plan.predicted.latency_s},
-                        {"predicted_throughput", plan.predicted.throughput_tokens_per_s},
+                        {"predicted_throughput", plan.predicted.throughput_per_s},
                         {"predicted_energy_j", plan.predicted.energy_j},
-                        {"cuts", plan.cuts()},
+                        {"cuts", llm::hpipe::layer_stages(plan).cuts()},
                         {"slices", plan.slices.size()}});
       }
     }

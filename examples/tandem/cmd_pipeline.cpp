@@ -85,7 +85,7 @@ Tensor make_input(const nlohmann::json& first, int64_t tokens, const PipelineRun
 }
 
 bool is_layer_plan(const sched::PipelinePlan& plan) {
-  return plan.stages.front().stage.value("kind", std::string()) == "llm.layers";
+  return plan.stages.front().kind() == "llm.layers";
 }
 
 // What --verify compares against: for an LLM plan, the whole model on one device (independent of
@@ -111,10 +111,9 @@ int run_pipeline(const PipelineRunOptions& o) {
       cluster_path = beside;
   }
   if (!cluster_path.empty()) cluster = ClusterSpec::from_json_file(cluster_path);
-  for (const auto& s : plan.stages)
-    if (!cluster_path.empty() && !cluster.has_device(s.device))
-      throw InvalidArgument("pipeline run: plan device '" + s.device + "' is not in " +
-                            cluster_path);
+  for (const auto& d : plan.devices())
+    if (!cluster_path.empty() && !cluster.has_device(d))
+      throw InvalidArgument("pipeline run: plan device '" + d + "' is not in " + cluster_path);
   std::map<std::string, std::string> workers;
   for (const auto& w : o.workers) {
     const auto eq = w.find('=');
@@ -172,7 +171,7 @@ int run_pipeline(const PipelineRunOptions& o) {
   j["tokens"] = tokens;
   j["measured"] = {{"latency_s", r.makespan_s},
                    {"throughput_tokens_per_s", r.makespan_s > 0 ? tokens / r.makespan_s : 0.0}};
-  j["predicted"] = plan.predicted;
+  j["predicted"] = plan.predicted.to_json();
   if (o.verify) {
     auto want = sched::run_sequential(verify_reference(plan, o.plan), make_requests());
     int64_t equal = 0, total = 0;
@@ -200,8 +199,8 @@ int run_pipeline(const PipelineRunOptions& o) {
                 t["queue_max_depth"].get<int>());
   std::printf("measured latency %.4f s, %.1f tokens/s", r.makespan_s,
               j["measured"]["throughput_tokens_per_s"].get<double>());
-  if (plan.predicted.contains("latency_s") && plan.predicted["latency_s"].is_number()) {
-    const double pred = plan.predicted["latency_s"].get<double>();
+  if (plan.predicted.latency_s > 0) {
+    const double pred = plan.predicted.latency_s;
     std::printf("; predicted %.4f s (measured / predicted = %.3f)", pred,
                 pred > 0 ? r.makespan_s / pred : 0.0);
   }

@@ -12,7 +12,7 @@
 #include "tandem/ops/ops.h"
 
 #if defined(TANDEM_HAVE_DNNL)
-#include "fast/dnnl_adapter.h"
+#include "kernels/dnnl_adapter.h"
 #endif
 
 namespace tandem::cnn::kernels {

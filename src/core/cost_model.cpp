@@ -11,6 +11,16 @@
 
 namespace tandem {
 
+double on_device_s(double host_s, double speed_factor) {
+  if (!(speed_factor > 0) || !std::isfinite(speed_factor))
+    throw InvalidArgument(cat("speed_factor must be positive and finite, got ", speed_factor));
+  return host_s / speed_factor;
+}
+
+double on_device_s(double host_s, const DeviceProfile& device) {
+  return on_device_s(host_s, device.speed_factor);
+}
+
 double CostModel::predict_transfer_s(double bytes, const LinkProfile& link) const {
   if (!(bytes >= 0) || !std::isfinite(bytes))
     throw InvalidArgument(cat("predict_transfer_s: bytes must be non-negative, got ", bytes));

@@ -3,9 +3,8 @@
 #include "tandem/llm/kv_policy_registry.h"
 
 #include <algorithm>
-#include <mutex>
-
 #include "tandem/core/error.h"
+#include "tandem/core/registry.h"
 
 namespace tandem::llm {
 namespace {
@@ -16,13 +15,8 @@ struct Entry {
   std::vector<std::string> settings;  // the extra keys the factory reads
 };
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, Entry> entries;
-};
-
-Registry& registry() {
-  static Registry r;  // constructed on first use, so static registrations in any order work
+Registry<Entry>& registry() {
+  static Registry<Entry> r("KV policy");  // built on first use: registrations in any order work
   return r;
 }
 
@@ -79,7 +73,7 @@ class ChainPolicy final : public KvPolicy {
 
 std::string names_list() {
   std::string s;
-  for (const auto& [name, e] : registry().entries) s += (s.empty() ? "" : ", ") + name;
+  for (const std::string& name : registry().names()) s += (s.empty() ? "" : ", ") + name;
   return s.empty() ? "(none)" : s;
 }
 
@@ -90,10 +84,7 @@ void register_kv_policy(const std::string& name, const std::string& description,
   if (name.empty() || name.find('+') != std::string::npos)
     throw InvalidArgument("register_kv_policy: bad policy name '" + name + "'");
   if (!factory) throw InvalidArgument("register_kv_policy: '" + name + "' has no factory");
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  if (!r.entries.emplace(name, Entry{description, std::move(factory), std::move(settings)}).second)
-    throw InvalidArgument("register_kv_policy: '" + name + "' is registered twice");
+  registry().add(name, Entry{description, std::move(factory), std::move(settings)});
 }
 
 namespace {
@@ -122,13 +113,10 @@ std::vector<std::string> spec_parts(const std::string& spec) {
 
 // The registry entry of one member; InvalidArgument naming the spec for an unknown name.
 Entry entry_of(const std::string& part, const std::string& spec) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto it = r.entries.find(part);
-  if (it == r.entries.end())
+  if (!registry().contains(part))
     throw InvalidArgument("unknown KV policy '" + part + "' in '" + spec +
                           "' (registered: " + names_list() + ")");
-  return it->second;
+  return registry().get(part);
 }
 
 }  // namespace
@@ -174,13 +162,9 @@ void set_kv_calibration(KvPolicyOptions& options, const std::string& arg) {
     const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
     const bool named = !name.empty() && name.find('/') == std::string::npos;
     if (named) {
-      {
-        Registry& r = registry();
-        std::lock_guard lock(r.mutex);
-        if (r.entries.count(name) == 0)
-          throw InvalidArgument("--kv-calibration '" + item + "': unknown KV policy '" + name +
-                                "' (registered: " + names_list() + ")");
-      }
+      if (!registry().contains(name))
+        throw InvalidArgument("--kv-calibration '" + item + "': unknown KV policy '" + name +
+                              "' (registered: " + names_list() + ")");
       if (eq + 1 >= item.size())
         throw InvalidArgument("--kv-calibration '" + item + "': no file after '='");
       options.calibration_by_policy[name] = item.substr(eq + 1);
@@ -193,10 +177,8 @@ void set_kv_calibration(KvPolicyOptions& options, const std::string& arg) {
 }
 
 std::vector<KvPolicyInfo> kv_policies() {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
   std::vector<KvPolicyInfo> out;
-  for (const auto& [name, e] : r.entries) out.push_back({name, e.description});
+  for (const auto& [name, e] : registry().entries()) out.push_back({name, e.description});
   return out;
 }
 

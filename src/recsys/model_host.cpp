@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "fast/parallel.h"
+#include "kernels/parallel.h"
 #include "recsys/model_impl.h"
 #include "tandem/core/backend.h"
 #include "tandem/ops/ops.h"

@@ -2,6 +2,9 @@
 // Emulated devices and links (emulation.h).
 #include "tandem/sched/emulation.h"
 
+#include "tandem/core/cost_model.h"
+
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -19,7 +22,11 @@ void sleep_s(double s) {
 
 }  // namespace
 
-Packet EmulatedDevice::run(Stage& stage, Packet in, double* compute_s) const {
+double EmulatedDevice::emulated_s(double elapsed_s) const {
+  return on_device_s(elapsed_s, speed_factor);
+}
+
+Packet EmulatedDevice::process_timed(Stage& stage, Packet in, double* elapsed_s) const {
   const int saved = cpu_num_threads();
   if (threads > 0 && threads != saved) set_cpu_num_threads(threads);
   const auto t0 = Clock::now();
@@ -30,11 +37,24 @@ Packet EmulatedDevice::run(Stage& stage, Packet in, double* compute_s) const {
     if (threads > 0 && threads != saved) set_cpu_num_threads(saved);
     throw;
   }
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  *elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (threads > 0 && threads != saved) set_cpu_num_threads(saved);
-  const double stretch = speed_factor < 1.0 ? (1.0 / speed_factor - 1.0) * elapsed : 0.0;
+  return out;
+}
+
+Packet EmulatedDevice::run(Stage& stage, Packet in, double* compute_s) const {
+  double elapsed = 0;
+  Packet out = process_timed(stage, std::move(in), &elapsed);
+  const double stretch = std::max(0.0, emulated_s(elapsed) - elapsed);
   sleep_s(stretch);
   if (compute_s) *compute_s = elapsed + stretch;
+  return out;
+}
+
+Packet EmulatedDevice::measure(Stage& stage, Packet in, double* compute_s) const {
+  double elapsed = 0;
+  Packet out = process_timed(stage, std::move(in), &elapsed);
+  if (compute_s) *compute_s = emulated_s(elapsed);
   return out;
 }
 

@@ -67,7 +67,10 @@ struct Pipeline::Impl {
   ClusterSpec cluster;
   std::map<std::string, std::string> workers;
   PipelineOptions opt;
-  std::vector<std::string> devices;  // current device of each stage
+  // The device of every (stage, member) slot, stage-major: a one-device stage has one slot, a
+  // group stage one per member; stage i's slots start at slot_begin[i] (its first is the master).
+  std::vector<std::string> devices;
+  std::vector<size_t> slot_begin;
   std::set<std::string> failed;
 
   struct LocalWorker {
@@ -117,7 +120,7 @@ struct Pipeline::Impl {
 
   std::vector<std::string> alive_devices() const {
     std::set<std::string> all;
-    for (const auto& s : plan.stages) all.insert(s.device);
+    for (const auto& d : plan.devices()) all.insert(d);
     for (const auto& [d, e] : workers) all.insert(d);
     for (const auto& d : devices) all.insert(d);
     std::vector<std::string> out;
@@ -140,7 +143,17 @@ Pipeline::Pipeline(PipelinePlan plan, ClusterSpec cluster,
   impl_->workers = std::move(workers);
   impl_->opt = std::move(options);
   if (impl_->plan.stages.empty()) throw InvalidArgument("pipeline: the plan has no stages");
-  for (const auto& s : impl_->plan.stages) impl_->devices.push_back(s.device);
+  for (size_t i = 0; i < impl_->plan.stages.size(); ++i) {
+    const PlanStage& s = impl_->plan.stages[i];
+    if (s.devices.empty() || s.devices.size() > 4096)
+      throw InvalidArgument(cat("pipeline: stage ", i, " has ", s.devices.size(), " devices"));
+    if (s.is_group() && !group_ops_registry().contains(s.kind()))
+      throw InvalidArgument(cat("pipeline: stage ", i, " runs '", s.kind(), "' on a group of ",
+                                s.devices.size(), " devices, but that kind registers no split/",
+                                "stitch (group_ops_registry)"));
+    impl_->slot_begin.push_back(impl_->devices.size());
+    for (const auto& d : s.devices) impl_->devices.push_back(d.device);
+  }
   for (const auto& [d, e] : impl_->workers)
     if (!is_local(e) && e.rfind("tcp://", 0) != 0 && e.rfind("inproc://", 0) != 0 &&
         e.rfind("ipc://", 0) != 0)
@@ -185,43 +198,79 @@ RunReport Pipeline::run(
     if (!first_generation) report.requests_rerun += pending.size();
     first_generation = false;
 
-    // Build this generation's nodes: stage, [link], stage, ...
+    // Build this generation's nodes: stage, [link], stage, ... A stage node has one member per
+    // device of its stage (one for a one-device stage).
     const size_t n_stages = im.plan.stages.size();
-    struct Node {
-      bool is_link = false;
-      std::string name, device;
-      uint32_t stage_id = 0;
+    struct Member {
+      std::string device;
+      uint32_t stage_id = 0;  // on its worker: stage index + 65536 x member index
+      nlohmann::json config;
       std::string endpoint;
       EmulatedDevice emu;
       std::unique_ptr<Stage> local;  // direct_local
+      std::unique_ptr<WorkerClient> client;
+      EmulatedLink* to_member = nullptr;    // group members: the link from the master and back
+      EmulatedLink* from_member = nullptr;  // (one shared medium per group: medium_mutex)
+    };
+    struct Node {
+      bool is_link = false;
+      std::string name, device;
+      std::vector<Member> members;
+      std::vector<nlohmann::json> shares;
+      GroupOps ops;
+      std::unique_ptr<std::mutex> medium_mutex;
       EmulatedLink* link = nullptr;
+    };
+    auto link_between = [&](const std::string& a, const std::string& b) -> EmulatedLink* {
+      if (!im.opt.emulate_links || a == b || !im.cluster.has_link(a, b)) return nullptr;
+      auto& l = im.links["link " + a + "->" + b];
+      if (!l) {
+        LinkFaults f = im.opt.faults;
+        f.seed += im.links.size();
+        l = std::make_unique<EmulatedLink>(im.cluster.link(a, b), f);
+      }
+      return l.get();
     };
     std::vector<Node> nodes;
     order.clear();
     for (size_t i = 0; i < n_stages; ++i) {
-      const std::string& dev = im.devices[i];
-      if (i > 0 && im.opt.emulate_links && im.devices[i - 1] != dev &&
-          im.cluster.has_link(im.devices[i - 1], dev)) {
-        Node ln;
-        ln.is_link = true;
-        ln.name = "link " + im.devices[i - 1] + "->" + dev;
-        ln.device = dev;
-        auto& l = im.links[ln.name];
-        if (!l) {
-          LinkFaults f = im.opt.faults;
-          f.seed += im.links.size();
-          l = std::make_unique<EmulatedLink>(im.cluster.link(im.devices[i - 1], dev), f);
+      const PlanStage& ps = im.plan.stages[i];
+      const std::string& dev = im.devices[im.slot_begin[i]];
+      if (i > 0) {
+        const std::string& prev = im.devices[im.slot_begin[i - 1]];
+        if (EmulatedLink* l = link_between(prev, dev)) {
+          Node ln;
+          ln.is_link = true;
+          ln.name = "link " + prev + "->" + dev;
+          ln.device = dev;
+          ln.link = l;
+          nodes.push_back(std::move(ln));
         }
-        ln.link = l.get();
-        nodes.push_back(std::move(ln));
       }
       Node sn;
       sn.name = "stage " + std::to_string(i);
       sn.device = dev;
-      sn.stage_id = static_cast<uint32_t>(i);
-      sn.endpoint = im.endpoint_of(dev);
-      sn.emu = im.emulation_of(dev, sn.endpoint.empty() || sn.endpoint.rfind("inproc://", 0) == 0);
-      if (sn.endpoint.empty()) sn.local = make_stage(im.plan.stages[i].stage);
+      if (ps.is_group()) {
+        sn.ops = group_ops_registry().get(ps.kind());
+        sn.medium_mutex = std::make_unique<std::mutex>();
+      }
+      for (size_t k = 0; k < ps.devices.size(); ++k) {
+        Member m;
+        m.device = im.devices[im.slot_begin[i] + k];
+        m.stage_id = static_cast<uint32_t>(i + 65536 * k);
+        m.config = ps.stage;
+        if (ps.is_group()) m.config["share"] = ps.devices[k].share;
+        sn.shares.push_back(ps.devices[k].share);
+        m.endpoint = im.endpoint_of(m.device);
+        m.emu =
+            im.emulation_of(m.device, m.endpoint.empty() || m.endpoint.rfind("inproc://", 0) == 0);
+        if (m.endpoint.empty()) m.local = make_stage(m.config);
+        if (k > 0) {
+          m.to_member = link_between(dev, m.device);
+          m.from_member = link_between(m.device, dev);
+        }
+        sn.members.push_back(std::move(m));
+      }
       nodes.push_back(std::move(sn));
     }
     for (auto& n : nodes) {
@@ -256,26 +305,75 @@ RunReport Pipeline::run(
       return false;
     };
 
-    // Connect and configure every remote/in-process stage (fresh state for every generation).
-    std::vector<std::unique_ptr<WorkerClient>> clients(nodes.size());
+    // Connect and configure every remote/in-process member (fresh state for every generation).
     for (size_t k = 0; k < nodes.size() && !failure; ++k) {
-      Node& n = nodes[k];
-      if (n.is_link || n.endpoint.empty()) continue;
-      const bool tcp = n.endpoint.rfind("inproc://", 0) != 0;
-      ClientOptions co = im.opt.client;  // building a stage counts against the run's timeout too
-      co.configure_timeout_s =
-          std::min(co.configure_timeout_s, std::max(im.opt.run_timeout_s - now_s(), 1e-3));
-      try {
-        clients[k] =
-            std::make_unique<WorkerClient>(n.endpoint, tcp ? im.opt.key : std::nullopt, co);
-        clients[k]->hello();
-        clients[k]->configure(n.stage_id, im.plan.stages[n.stage_id].stage, n.emu);
-      } catch (const WorkerLost& e) {
-        fail({true, n.device, nullptr, e.what()});
-      } catch (...) {
-        fail({false, n.device, std::current_exception(), ""});
+      for (Member& m : nodes[k].members) {
+        if (m.endpoint.empty() || failure) continue;
+        const bool tcp = m.endpoint.rfind("inproc://", 0) != 0;
+        ClientOptions co = im.opt.client;  // building a stage counts against the run's timeout
+        co.configure_timeout_s =
+            std::min(co.configure_timeout_s, std::max(im.opt.run_timeout_s - now_s(), 1e-3));
+        try {
+          m.client =
+              std::make_unique<WorkerClient>(m.endpoint, tcp ? im.opt.key : std::nullopt, co);
+          m.client->hello();
+          m.client->configure(m.stage_id, m.config, m.emu);
+        } catch (const WorkerLost& e) {
+          fail({true, m.device, nullptr, e.what()});
+        } catch (...) {
+          fail({false, m.device, std::current_exception(), ""});
+        }
       }
     }
+
+    // One member computes its packet; the request's last micro-batch frees its state (KV).
+    auto run_member = [&](Member& m, Packet p, double* compute_s) {
+      const bool last = p.micro + 1 == p.n_micro;
+      const uint64_t rid = p.request_id;
+      Packet out;
+      if (m.local) {
+        out = m.emu.run(*m.local, std::move(p), compute_s);
+        if (last && im.opt.reset_finished) m.local->reset(rid);
+      } else {
+        out = m.client->process(m.stage_id, p, compute_s);
+        if (last && im.opt.reset_finished) m.client->reset(m.stage_id, rid);
+      }
+      return out;
+    };
+    // A group: split, each member on its own thread (its tile over the group's shared medium
+    // from the master and back), stitch. `culprit` names the member whose worker was lost.
+    auto run_group = [&](Node& n, const Packet& in, double* compute_s, std::string* culprit) {
+      std::vector<Packet> parts = n.ops.split(in, n.shares);
+      if (parts.size() != n.members.size())
+        throw InvalidArgument(cat(n.name, ": split gave ", parts.size(), " parts for ",
+                                  n.members.size(), " devices"));
+      std::vector<double> comp(parts.size(), 0.0);
+      std::vector<std::exception_ptr> errors(parts.size());
+      auto send = [&](EmulatedLink* l, const Packet& p) {
+        if (!l) return;
+        std::lock_guard medium(*n.medium_mutex);
+        l->transmit(packet_bytes(p));
+      };
+      std::vector<std::thread> threads;
+      for (size_t k = 0; k < parts.size(); ++k)
+        threads.emplace_back([&, k] {
+          try {
+            send(n.members[k].to_member, parts[k]);
+            parts[k] = run_member(n.members[k], std::move(parts[k]), &comp[k]);
+            send(n.members[k].from_member, parts[k]);
+          } catch (...) {
+            errors[k] = std::current_exception();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (size_t k = 0; k < errors.size(); ++k)
+        if (errors[k]) {
+          *culprit = n.members[k].device;
+          std::rethrow_exception(errors[k]);
+        }
+      *compute_s = *std::max_element(comp.begin(), comp.end());
+      return n.ops.stitch(std::move(parts), n.shares);
+    };
 
     std::vector<std::thread> threads;
     if (!failure) {
@@ -284,6 +382,7 @@ RunReport Pipeline::run(
           Node& n = nodes[k];
           BoundedQueue<Packet>& in = *queues[k];
           BoundedQueue<Packet>& out = *queues[k + 1];
+          std::string culprit = n.device;
           try {
             while (!abort.load()) {
               auto p = in.pop(poll_s);
@@ -296,25 +395,19 @@ RunReport Pipeline::run(
               if (n.is_link) {
                 iv.compute_s = n.link->transmit(packet_bytes(*p)).delay_s;
                 result = std::move(*p);
-              } else if (n.local) {
-                const bool last = p->micro + 1 == p->n_micro;
-                const uint64_t rid = p->request_id;
-                result = n.emu.run(*n.local, std::move(*p), &iv.compute_s);
-                if (last && im.opt.reset_finished) n.local->reset(rid);
+              } else if (n.members.size() == 1) {
+                result = run_member(n.members[0], std::move(*p), &iv.compute_s);
               } else {
-                result = clients[k]->process(n.stage_id, *p, &iv.compute_s);
-                // The request's last micro-batch has passed this stage: free its state (KV).
-                if (p->micro + 1 == p->n_micro && im.opt.reset_finished)
-                  clients[k]->reset(n.stage_id, p->request_id);
+                result = run_group(n, *p, &iv.compute_s, &culprit);
               }
               iv.end_s = now_s();
               im.record(n.name, iv);
               if (!push(out, std::move(result))) return;
             }
           } catch (const WorkerLost& e) {
-            fail({true, n.device, nullptr, e.what()});
+            fail({true, culprit, nullptr, e.what()});
           } catch (...) {
-            fail({false, n.device, std::current_exception(), ""});
+            fail({false, culprit, std::current_exception(), ""});
           }
         });
       }
@@ -381,14 +474,17 @@ RunReport Pipeline::run(
     if (next.size() != im.devices.size())
       throw InvalidArgument("pipeline: the re-plan callback returned " +
                             std::to_string(next.size()) + " devices for " +
-                            std::to_string(im.devices.size()) + " stages");
+                            std::to_string(im.devices.size()) + " stage device slots");
     for (const auto& d : next)
       if (im.failed.count(d))
         throw Infeasible("pipeline: the re-plan kept failed device '" + d + "'");
     std::string moved;
     for (size_t i = 0; i < next.size(); ++i)
-      if (next[i] != im.devices[i])
-        moved += " stage " + std::to_string(i) + ": " + im.devices[i] + " -> " + next[i] + ";";
+      if (next[i] != im.devices[i]) {
+        const size_t stage = std::upper_bound(im.slot_begin.begin(), im.slot_begin.end(), i) -
+                             im.slot_begin.begin() - 1;
+        moved += " stage " + std::to_string(stage) + ": " + im.devices[i] + " -> " + next[i] + ";";
+      }
     im.devices = next;
     ++report.replans;
     report.events.push_back("t=" + std::to_string(now_s()) + " s: re-plan" + moved +

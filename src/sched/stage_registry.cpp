@@ -1,33 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// The stage-kind registry (stage.h).
-#include <map>
-#include <mutex>
-
+// The stage-kind and group-ops registries (stage.h), tandem::Registry instances.
 #include "tandem/core/error.h"
+#include "tandem/core/registry.h"
 #include "tandem/sched/stage.h"
 
 namespace tandem::sched {
-namespace {
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, StageFactory> kinds;
-};
-
-Registry& registry() {
-  static Registry r;
+Registry<StageFactory>& stage_kind_registry() {
+  static Registry<StageFactory> r("stage kind");
   return r;
 }
 
-}  // namespace
+Registry<GroupOps>& group_ops_registry() {
+  static Registry<GroupOps> r("group stage kind");
+  return r;
+}
 
 void register_stage_kind(const std::string& kind, StageFactory factory) {
-  if (kind.empty()) throw InvalidArgument("register_stage_kind: empty kind");
   if (!factory) throw InvalidArgument("register_stage_kind: '" + kind + "' has no factory");
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  if (!r.kinds.emplace(kind, std::move(factory)).second)
-    throw InvalidArgument("register_stage_kind: '" + kind + "' is registered twice");
+  stage_kind_registry().add(kind, std::move(factory));
 }
 
 std::unique_ptr<Stage> make_stage(const nlohmann::json& config) {
@@ -35,30 +26,11 @@ std::unique_ptr<Stage> make_stage(const nlohmann::json& config) {
     throw InvalidArgument("stage config: expected an object with a string \"kind\", got " +
                           config.dump().substr(0, 200));
   const std::string kind = config["kind"].get<std::string>();
-  StageFactory factory;
-  {
-    Registry& r = registry();
-    std::lock_guard lock(r.mutex);
-    auto it = r.kinds.find(kind);
-    if (it == r.kinds.end()) {
-      std::string known;
-      for (const auto& [k, f] : r.kinds) known += (known.empty() ? "" : ", ") + k;
-      throw InvalidArgument("unknown stage kind '" + kind +
-                            "' (registered: " + (known.empty() ? "none" : known) + ")");
-    }
-    factory = it->second;
-  }
-  auto stage = factory(config);
+  auto stage = stage_kind_registry().get(kind)(config);
   if (!stage) throw InvalidArgument("stage kind '" + kind + "': factory returned nothing");
   return stage;
 }
 
-std::vector<std::string> stage_kinds() {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  std::vector<std::string> out;
-  for (const auto& [k, f] : r.kinds) out.push_back(k);
-  return out;
-}
+std::vector<std::string> stage_kinds() { return stage_kind_registry().names(); }
 
 }  // namespace tandem::sched

@@ -212,7 +212,7 @@ TEST_F(HpipeExactness, ReplayOfAPlanMatchesAndTimesEveryStage) {
       {"name": "c", "peak_flops": 2e9, "mem_bandwidth_bytes_per_s": 1e9, "mem_bytes": 1e9, "speed_factor": 1.0, "power_w": 200}],
     "links": [{"from": "a", "to": "b", "bandwidth_bytes_per_s": 1.25e8, "latency_s": 1e-4},
               {"from": "b", "to": "c", "bandwidth_bytes_per_s": 1.25e8, "latency_s": 1e-4}]})"));
-  const hpipe::PipelinePlan plan = hpipe::make_plan(prof, cl, "test", 96, "hpipe", {});
+  const sched::PipelinePlan plan = hpipe::make_plan(prof, cl, "test", 96, "hpipe", {});
   const auto ids = prompt(96, 5);
   const hpipe::ReplayResult r = hpipe::replay_plan(plan, cl, prof, ids, {});
   KvCache cache = model.make_cache();

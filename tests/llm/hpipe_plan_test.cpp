@@ -7,15 +7,26 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
 
 #include "tandem/core/error.h"
+#include "tandem/sched/planner.h"
 
 namespace tandem::llm::hpipe {
 namespace {
+
+using sched::PipelinePlan;
+
+// Reads a plan's JSON back as an HPipe plan (ParseError when it is not one).
+LayerStages read_back(const nlohmann::json& j) {
+  return layer_stages(PipelinePlan::from_json(j), "plan");
+}
 
 ModelProfile tiny_profile(int n_layers) {
   ModelProfile p;
@@ -148,17 +159,19 @@ TEST(HpipePlan, TokenSlicingBeatsEveryUniformSlicing) {
   PlanOptions opt;
   opt.max_candidates = 100000;  // every candidate: the DP is then exact on the grid
   const PipelinePlan hp = make_plan(p, cl, "c", 1024, "hpipe", opt);
+  const std::vector<int> slices(hp.slices.begin(), hp.slices.end());
+  const std::vector<StagePlan> stages = layer_stages(hp).stages;
   int sum = 0;
-  for (size_t i = 0; i < hp.slices.size(); ++i) {
-    sum += hp.slices[i];
-    if (i + 1 < hp.slices.size()) EXPECT_EQ(hp.slices[i] % 8, 0);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    sum += slices[i];
+    if (i + 1 < slices.size()) EXPECT_EQ(slices[i] % 8, 0);
   }
   EXPECT_EQ(sum, 1024);
-  EXPECT_GT(hp.slices.size(), 1u);
-  EXPECT_GE(hp.slices.front(), hp.slices.back());  // later tokens cost more: shorter slices
-  const double dp = slicing_objective(p, cl, hp.stages, hp.slices);
+  EXPECT_GT(slices.size(), 1u);
+  EXPECT_GE(slices.front(), slices.back());  // later tokens cost more: shorter slices
+  const double dp = slicing_objective(p, cl, stages, slices);
   for (int k : {1, 2, 4, 8, 16, 32, 64, 128}) {
-    EXPECT_LE(dp, slicing_objective(p, cl, hp.stages, uniform_slices(1024, k)) * (1 + 1e-12)) << k;
+    EXPECT_LE(dp, slicing_objective(p, cl, stages, uniform_slices(1024, k)) * (1 + 1e-12)) << k;
   }
 }
 
@@ -179,10 +192,14 @@ TEST(HpipePlan, EverySystemPlansAndRoundTrips) {
     EXPECT_TRUE(j["stages"][5]["stage"]["head"].get<bool>());
     const PipelinePlan back = PipelinePlan::from_json(j);
     EXPECT_EQ(back.slices, plan.slices);
-    EXPECT_EQ(back.cuts(), plan.cuts());
+    EXPECT_EQ(read_back(j).cuts(), layer_stages(plan).cuts());
+    EXPECT_EQ(j["cuts"], nlohmann::json(layer_stages(plan).cuts()));
     EXPECT_EQ(back.micro_batches, plan.micro_batches);
+    EXPECT_EQ(back.batch, 6);
     EXPECT_DOUBLE_EQ(back.predicted.latency_s, plan.predicted.latency_s);
-    EXPECT_GT(plan.predicted.throughput_tokens_per_s, 0);
+    EXPECT_EQ(back.to_json(), j);  // the one plan type round-trips whole
+    EXPECT_EQ(plan.predicted.unit, "tokens");
+    EXPECT_GT(plan.predicted.throughput_per_s, 0);
     EXPECT_GT(plan.predicted.energy_j, 0);
     latency[sys] = plan.predicted.latency_s;
   }
@@ -198,17 +215,27 @@ TEST(HpipePlan, MalformedPlansAndBadRequestsAreRefused) {
   const nlohmann::json good = make_plan(p, cl, "c", 256, "hpipe", {}).to_json();
   nlohmann::json j = good;
   j["slices"].push_back(3);
-  EXPECT_THROW(PipelinePlan::from_json(j), ParseError);
+  EXPECT_THROW(read_back(j), ParseError);
   j = good;
   j["stages"][1]["stage"]["first_layer"] = 1 + j["stages"][1]["stage"]["first_layer"].get<int>();
-  EXPECT_THROW(PipelinePlan::from_json(j), ParseError);
+  EXPECT_THROW(read_back(j), ParseError);
   j = good;
   j["stages"][0]["stage"]["kind"] = "cnn.tile";
-  EXPECT_THROW(PipelinePlan::from_json(j), ParseError);
+  EXPECT_THROW(read_back(j), ParseError);
   j = good;
   j.erase("prompt_len");
-  EXPECT_THROW(PipelinePlan::from_json(j), ParseError);
-  EXPECT_THROW(PipelinePlan::from_json(nlohmann::json::array()), ParseError);
+  EXPECT_THROW(read_back(j), ParseError);
+  j = good;
+  j["cuts"][1] = 0;
+  EXPECT_THROW(read_back(j), ParseError);
+  j = good;
+  j["batch"] = 5000;  // past kMaxBatch
+  EXPECT_THROW(read_back(j), ParseError);
+  j = good;  // a group stage is not an HPipe stage
+  j["stages"][0]["devices"] = {{{"device", "d0"}}, {{"device", "d9"}}};
+  j["stages"][0].erase("device");
+  EXPECT_THROW(read_back(j), ParseError);
+  EXPECT_THROW(read_back(nlohmann::json::array()), ParseError);
   EXPECT_THROW(make_plan(p, cl, "c", 256, "pipedream", {}), InvalidArgument);
   EXPECT_THROW(make_plan(p, cl, "c", 256, "uniform-0", {}), InvalidArgument);
   EXPECT_THROW(make_plan(p, cl, "c", 256, "uniform-129", {}), InvalidArgument);
@@ -229,6 +256,62 @@ TEST(HpipePlan, AClusterWithNoFiniteScheduleIsInfeasibleInTheUsersTerms) {
               std::string::npos)
         << e.what();
   }
+}
+
+// HPipe and its baselines are found through the planner registry and plan exactly as make_plan.
+TEST(HpipePlan, PlannerRegistryFindsHpipeAndItsBaselines) {
+  const auto names = sched::planner_registry().names();
+  for (const char* sys : {"hpipe", "gpipe", "gp-b", "terapipe", "base", "uniform"})
+    EXPECT_NE(std::find(names.begin(), names.end(), sys), names.end()) << sys;
+  const ModelProfile p = tiny_profile(8);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tandem_planner_" + std::to_string(getpid())))
+          .string();
+  p.save(path);
+  const ClusterSpec cl = cluster({0.5, 1.0});
+  sched::PlanRequest req{cl, "c", path, {{"prompt_len", 512}, {"batch", 2}}};
+  EXPECT_EQ(sched::make_plan("hpipe", req).to_json(),
+            make_plan(p, cl, "c", 512, "hpipe", {.batch = 2}).to_json());
+  req.options["k"] = 4;
+  EXPECT_EQ(sched::make_plan("uniform", req).system, "uniform-4");
+  EXPECT_EQ(sched::make_plan("uniform", req).slices, (std::vector<int64_t>{128, 128, 128, 128}));
+  EXPECT_THROW(sched::make_plan("hpipe", req), ParseError);  // k is uniform's alone
+  req.options = {{"prompt_len", 512}, {"granularty", 8}};
+  EXPECT_THROW(sched::make_plan("hpipe", req), ParseError);  // a typo is named, not ignored
+  EXPECT_EQ(sched::planner_registry().get("gpipe").domain, "llm");
+  try {
+    (void)sched::make_plan("pipedream", req);
+    ADD_FAILURE() << "an unknown planner was found";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("registered: "), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+// HPipe's layer fit is a core CostModel: a "decoder_layers" node costs what the planner charges a
+// stage, the speed factor applied once (on_device_s), links as the core model prices them.
+TEST(HpipePlan, LayerFitIsACoreCostModel) {
+  const ModelProfile p = tiny_profile(8);
+  const ClusterSpec cl = cluster({0.5, 1.0});
+  const LayerCostModel cost(p);
+  const CostModel& as_core = cost;
+  const StagePlan st{cl.devices[0].name, 2, 6, false, true};
+  const double want = stage_compute_s(p, cl.devices[0], st, 96, 512);
+  EXPECT_EQ(as_core.predict_op_s(LayerCostModel::layers_node(4, true, 96, 512), cl.devices[0]),
+            want);
+  EXPECT_DOUBLE_EQ(
+      as_core.predict_op_s(LayerCostModel::layers_node(4, true, 96, 512), cl.devices[1]) * 2, want);
+  EXPECT_DOUBLE_EQ(want, on_device_s(4 * p.layer.predict_s(96, 512) + p.head_row_s, 0.5));
+  EXPECT_DOUBLE_EQ(as_core.predict_transfer_s(1e6, cl.links[0]), cl.links[0].transfer_time_s(1e6));
+  OpNode other = LayerCostModel::layers_node(1, false, 8, 0);
+  other.kind = "gemm";
+  EXPECT_THROW(as_core.predict_op_s(other, cl.devices[0]), InvalidArgument);
+  other = LayerCostModel::layers_node(1, false, 8, 0);
+  other.attrs.erase("tokens");
+  EXPECT_THROW(as_core.predict_op_s(other, cl.devices[0]), InvalidArgument);
+  DeviceProfile stopped = cl.devices[0];
+  stopped.speed_factor = 0;
+  EXPECT_THROW(cost.layers_s(1, false, 8, 0, stopped), InvalidArgument);
 }
 
 TEST(HpipePlan, ProfileJsonRoundTripsAndRejectsGarbage) {

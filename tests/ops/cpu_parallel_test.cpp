@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "fast/parallel.h"
+#include "kernels/parallel.h"
 
 namespace tandem::cpu {
 namespace {

@@ -71,27 +71,19 @@ class HpipeDist : public ::testing::Test {
   }
   PipelineOptions options() const { return test::worker_pipeline_options(key_, 120); }
 
-  // An HPipe plan (the planner's format: cuts, token slices, model path + sha256) over dev0..dev2,
-  // converted to the runtime's plan as `tandem pipeline run` does.
+  // An HPipe plan (cuts, token slices, model path + sha256) over dev0..dev2.
   static PipelinePlan hpipe_plan(const std::string& model, const std::vector<int>& cuts,
                                  const std::vector<int>& slices) {
-    llm::hpipe::PipelinePlan hp;
-    hp.system = "hpipe";
-    hp.cluster = "loopback3";
-    hp.model_path = model;
-    hp.sha256 = llm::sha256_file(model);
-    hp.prompt_len = std::accumulate(slices.begin(), slices.end(), 0);
-    hp.slices = slices;
-    for (size_t j = 0; j + 1 < cuts.size(); ++j) {
-      llm::hpipe::StagePlan s;
-      s.device = "dev" + std::to_string(j);
-      s.first_layer = cuts[j];
-      s.last_layer = cuts[j + 1];
-      s.embed = j == 0;
-      s.head = j + 2 == cuts.size();
-      hp.stages.push_back(s);
-    }
-    return PipelinePlan::from_json(hp.to_json(), "hpipe plan");
+    std::vector<llm::hpipe::StagePlan> stages;
+    for (size_t j = 0; j + 1 < cuts.size(); ++j)
+      stages.push_back(
+          {"dev" + std::to_string(j), cuts[j], cuts[j + 1], j == 0, j + 2 == cuts.size()});
+    PipelinePlan plan = llm::hpipe::layer_plan(model, llm::sha256_file(model), stages);
+    plan.system = "hpipe";
+    plan.cluster = "loopback3";
+    plan.prompt_len = std::accumulate(slices.begin(), slices.end(), 0);
+    plan.slices.assign(slices.begin(), slices.end());
+    return plan;
   }
   static std::vector<int32_t> prompt(int n, uint32_t seed, int vocab) {
     std::mt19937 rng(seed);

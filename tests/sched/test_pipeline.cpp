@@ -49,7 +49,7 @@ TEST(SchedPlan, ParsesTheContractAndRejectsBadPlans) {
                       {"note", "kept"}};
   PipelinePlan p = PipelinePlan::from_json(j);
   EXPECT_EQ(p.slices, (std::vector<int64_t>{3, 5}));
-  EXPECT_EQ(p.stages[0].device, "d0");
+  EXPECT_EQ(p.stages[0].device(), "d0");
   EXPECT_EQ(p.to_json()["note"], "kept");
   EXPECT_EQ(PipelinePlan::from_json(p.to_json()).to_json(), p.to_json());
   auto bad = j;
@@ -64,6 +64,158 @@ TEST(SchedPlan, ParsesTheContractAndRejectsBadPlans) {
   bad = j;
   bad["stages"][0]["stage"] = {{"kind", 3}};
   EXPECT_THROW(PipelinePlan::from_json(bad), ParseError);
+}
+
+// A stage may run on a group of devices, each with its share; the JSON names the field at fault.
+TEST(SchedPlan, GroupStagesCarryEachDevicesShare) {
+  nlohmann::json j = {{"version", 1},
+                      {"system", "pico"},
+                      {"stages",
+                       {{{"devices",
+                          {{{"device", "pi0"}, {"share", {{"rows", {0, 28}}}}},
+                           {{"device", "pi1"}, {"share", {{"rows", {28, 56}}}}}}},
+                         {"stage", {{"kind", "sched.identity"}}}},
+                        {{"device", "pi2"}, {"stage", {{"kind", "sched.identity"}}}}}}};
+  const PipelinePlan p = PipelinePlan::from_json(j, "g.json");
+  ASSERT_EQ(p.stages.size(), 2u);
+  EXPECT_TRUE(p.stages[0].is_group());
+  EXPECT_EQ(p.stages[0].device(), "pi0");
+  EXPECT_EQ(p.stages[0].devices[1].share["rows"], nlohmann::json({28, 56}));
+  EXPECT_EQ(p.stages[1].kind(), "sched.identity");
+  EXPECT_EQ(p.devices(), (std::vector<std::string>{"pi0", "pi1", "pi2"}));
+  EXPECT_EQ(PipelinePlan::from_json(p.to_json()).to_json(), p.to_json());
+  EXPECT_FALSE(p.to_json()["stages"][1].contains("devices"));  // one device: written as before
+  auto error_of = [](const nlohmann::json& bad) -> std::string {
+    try {
+      (void)PipelinePlan::from_json(bad, "g.json");
+    } catch (const ParseError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto bad = j;
+  bad["stages"][0]["devices"][1]["device"] = "pi0";
+  EXPECT_NE(error_of(bad).find("stages[0].devices[1].device: device 'pi0' is repeated"),
+            std::string::npos)
+      << error_of(bad);
+  bad = j;
+  bad["stages"][1]["devices"] = nlohmann::json::array();
+  EXPECT_NE(error_of(bad).find("stages[1]: expected either"), std::string::npos) << error_of(bad);
+  bad = j;
+  bad["stages"][0]["devices"] = nlohmann::json::array();
+  EXPECT_NE(error_of(bad).find("stages[0].devices: expected 1 to"), std::string::npos);
+  bad = j;
+  bad["stages"][0]["devices"][0]["share"] = 3;
+  EXPECT_NE(error_of(bad).find("stages[0].devices[0].share: expected an object"),
+            std::string::npos);
+  bad = j;
+  bad["stages"][0]["devices"][0]["speed"] = 3;
+  EXPECT_NE(error_of(bad).find("unknown key 'speed'"), std::string::npos);
+  bad = j;
+  bad["predicted"] = {{"latency_s", -1}};
+  EXPECT_NE(error_of(bad).find("predicted.latency_s"), std::string::npos) << error_of(bad);
+  // sched.identity registers no split/stitch: the runtime refuses to run it on a group.
+  EXPECT_THROW(Pipeline(p, ClusterSpec{}, {}), InvalidArgument);
+}
+
+// A stage kind that runs on a group: each member squares-and-scales its rows of a [rows, d] f32
+// tensor (rows [a, b) from its share; the whole tensor without one); split cuts the rows by the
+// shares, stitch concatenates them. A group run must equal the one-device run bit for bit.
+std::vector<float> values_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+}
+
+struct RowsStage : Stage {
+  explicit RowsStage(const nlohmann::json& c) : scale(c.at("scale").get<float>()) {}
+  std::string kind() const override { return "test.rows"; }
+  Packet process(Packet p) override {
+    std::vector<float> v = values_of(p.tensors.at(0));
+    for (float& x : v) x = x * x * scale;
+    p.tensors[0] = Tensor::from_vector(v, p.tensors[0].shape(), DType::kF32);
+    return p;
+  }
+  float scale;
+};
+const StageKindRegistration kRowsKind("test.rows", [](const nlohmann::json& c) {
+  return std::make_unique<RowsStage>(c);
+});
+const Registration kRowsGroup(
+    group_ops_registry(), "test.rows",
+    GroupOps{[](const Packet& in, const std::vector<nlohmann::json>& shares) {
+               std::vector<Packet> parts;
+               for (const auto& s : shares) {
+                 Packet p = in;
+                 p.tensors = {in.tensors.at(0).slice(0, s.at("rows")[0].get<int64_t>(),
+                                                     s.at("rows")[1].get<int64_t>())};
+                 parts.push_back(std::move(p));
+               }
+               return parts;
+             },
+             [](std::vector<Packet> parts, const std::vector<nlohmann::json>&) {
+               std::vector<float> all;
+               int64_t rows = 0, d = parts.at(0).tensors.at(0).shape()[1];
+               for (const auto& p : parts) {
+                 const auto v = values_of(p.tensors.at(0));
+                 all.insert(all.end(), v.begin(), v.end());
+                 rows += p.tensors[0].shape()[0];
+               }
+               Packet out = std::move(parts[0]);
+               out.tensors = {Tensor::from_vector(all, {rows, d}, DType::kF32)};
+               return out;
+             }});
+
+TEST(SchedPipeline, GroupStageSplitsRunsEachShareAndStitchesBitExact) {
+  auto shares = [](std::vector<int64_t> cuts, std::vector<std::string> devs) {
+    std::vector<DeviceShare> g;
+    for (size_t k = 0; k < devs.size(); ++k)
+      g.push_back({devs[k], {{"rows", {cuts[k], cuts[k + 1]}}}});
+    return g;
+  };
+  PipelinePlan group;
+  group.stages.emplace_back("m0", nlohmann::json{{"kind", "test.rows"}, {"scale", 2.0}});
+  group.stages.emplace_back(shares({0, 3, 4, 8}, {"g0", "g1", "g2"}),
+                            nlohmann::json{{"kind", "test.rows"}, {"scale", 0.5}});
+  group.stages.emplace_back("m1", nlohmann::json{{"kind", "test.rows"}, {"scale", 3.0}});
+  group = PipelinePlan::from_json(group.to_json(), "group plan");  // through the JSON contract
+  PipelinePlan one = group;
+  one.stages[1] = PlanStage("g0", one.stages[1].stage);
+  std::vector<Request> reqs;
+  for (uint64_t id = 0; id < 4; ++id) {
+    std::vector<float> v(8 * 5);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * float(i) - 0.1f * float(id);
+    Request r{id, {}};
+    r.micros.push_back(Packet{});
+    r.micros[0].tensors = {Tensor::from_vector(v, {8, 5}, DType::kF32)};
+    reqs.push_back(std::move(r));
+  }
+  const auto want = run_sequential(one, reqs);
+  // A cluster that links the master to each member: the members' parts cross it.
+  ClusterSpec cl;
+  for (const char* d : {"m0", "g0", "g1", "g2", "m1"}) {
+    DeviceProfile p;
+    p.name = d;
+    p.peak_flops = 1e9;
+    p.mem_bandwidth_bytes_per_s = 1e9;
+    p.mem_bytes = 1e9;
+    cl.devices.push_back(p);
+  }
+  for (const char* d : {"g1", "g2"}) cl.links.push_back({"g0", d, 1e8, 1e-4, ""});
+  for (bool direct : {true, false}) {
+    PipelineOptions o;
+    o.direct_local = direct;
+    Pipeline pipe(group, cl, {}, o);
+    const RunReport r = pipe.run(reqs);
+    ASSERT_EQ(r.outputs.size(), want.size());
+    for (const auto& [id, ps] : want)
+      EXPECT_EQ(values_of(r.outputs.at(id).at(0).tensors.at(0)), values_of(ps.at(0).tensors.at(0)))
+          << "request " << id << (direct ? " direct" : " inproc");
+    EXPECT_EQ(r.final_devices, (std::vector<std::string>{"m0", "g0", "g1", "g2", "m1"}));
+  }
+  // A kind without split/stitch cannot run on a group.
+  PipelinePlan bad = group;
+  bad.stages[1].stage = {{"kind", "sched.identity"}};
+  EXPECT_THROW(Pipeline(bad, cl, {}), InvalidArgument);
 }
 
 TEST(SchedMlp, SplittingLayersOverStagesIsBitExact) {

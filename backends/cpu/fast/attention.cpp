@@ -12,7 +12,7 @@
 
 #include "fast_ops.h"
 #include "isa.h"
-#include "parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 
 namespace tandem::cpu::fast {

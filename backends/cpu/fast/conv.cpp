@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "dnnl_adapter.h"
+#include "kernels/dnnl_adapter.h"
 #include "fast_ops.h"
 #include "gemm_f32.h"
-#include "parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 
 namespace tandem::cpu::fast {

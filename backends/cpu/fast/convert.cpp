@@ -13,7 +13,7 @@
 #include "../reference/reference.h"
 #include "fast_ops.h"
 #include "isa.h"
-#include "parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 
 namespace tandem::cpu::fast {

@@ -8,7 +8,7 @@
 
 #include "fast/fast_ops.h"
 #include "fast/isa.h"
-#include "fast/parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
 

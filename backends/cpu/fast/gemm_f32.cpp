@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "blas_adapter.h"
-#include "dnnl_adapter.h"
+#include "kernels/dnnl_adapter.h"
 #include "isa.h"
-#include "parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "cpu_info.h"
+#include "kernels/cpu_info.h"
 #include "tandem/core/error.h"
 
 #if defined(__x86_64__)

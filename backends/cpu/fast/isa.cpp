@@ -1,30 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// Run-time choice of the ISA table, and the dispatched row routines declared in dequant.h.
+// Run-time choice of the ISA table (kernels/isa_dispatch.h), and the dispatched row routines
+// declared in isa.h.
 #include "isa.h"
 
-#include <cstdlib>
-#include <string>
-
-#include "../cpu_info.h"
-#include "dequant.h"
+#include "kernels/cpu_info.h"
+#include "kernels/dequant.h"
+#include "kernels/isa_dispatch.h"
 #include "tandem/core/log.h"
 
 namespace tandem::cpu {
 namespace {
 
 const IsaKernels* pick() {
-  const CpuInfo& c = cpu_info();
-  const char* env = std::getenv("TANDEM_CPU_ISA");
-  const std::string want = env ? env : "";
-  const IsaKernels* t = nullptr;
-  if (want.empty() || want == "avx512") {
-    if (c.avx512f && c.avx512bw && c.fma && c.f16c) t = avx512::table();
-  }
-  if (!t && (want.empty() || want == "avx512" || want == "avx2")) {
-    if (c.avx2 && c.fma && c.f16c) t = avx2::table();
-  }
-  if (!t) t = scalar::table();
-  log().debug("cpu kernels: {} variant (host features: {})", t->name, c.features());
+  const IsaKernels* t = variant(usable_isas(), avx512::table(), avx2::table(), scalar::table());
+  log().debug("cpu kernels: {} variant (host features: {})", t->name, cpu_info().features());
   return t;
 }
 

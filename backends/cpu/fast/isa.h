@@ -18,6 +18,13 @@
 
 namespace tandem::cpu {
 
+// n elements of dtype t (f32, f16, bf16, q8_0, q4_0, q4_1; n a multiple of 32 for the block types)
+// starting at src -> n floats at dst, vectorised for the host (AVX-512 / AVX2+F16C / scalar).
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// n floats -> dtype t (f32, f16, bf16: round to nearest even; q8_0, q4_0, q4_1: GGUF reference
+// quantization, bit-identical to the reference kernels; n a multiple of 32 for those).
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
 // One attention problem (all pointers to contiguous [T, H, D] tensors); see attention.cpp.
 struct AttnArgs {
   const float* q;

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "dequant.h"
+#include "kernels/dequant.h"
 #include "tandem/core/error.h"
 
 // GCC 12 reports false "may be used uninitialized" warnings inside its AVX-512 intrinsic headers.
@@ -29,7 +29,7 @@
 #endif
 namespace tandem::cpu::avx512 {
 constexpr const char* kIsaName = "avx512";
-#include "simd_avx512.h"
+#include "kernels/simd_avx512.h"
 // The generic kernels below use the V just defined.
 #include "isa_kernels.inc"
 }  // namespace tandem::cpu::avx512

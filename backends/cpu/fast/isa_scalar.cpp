@@ -7,13 +7,13 @@
 #include <cstring>
 #include <type_traits>
 
-#include "dequant.h"
+#include "kernels/dequant.h"
 #include "isa.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cpu::scalar {
 constexpr const char* kIsaName = "scalar";
-#include "simd_scalar.h"
+#include "kernels/simd_scalar.h"
 // The generic kernels below use the V just defined.
 #include "isa_kernels.inc"
 }  // namespace tandem::cpu::scalar

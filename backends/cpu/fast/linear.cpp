@@ -20,7 +20,7 @@
 #include "gemm_f32.h"
 #include "gemv_int8.h"
 #include "isa.h"
-#include "parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 
 namespace tandem::cpu::fast {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fast/fast_ops.h"
-#include "fast/parallel.h"
+#include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
 

@@ -20,11 +20,14 @@
 //   auto err = tandem::prediction_error(roofline, me, tandem::table_samples(me));  // roofline vs
 //   tables
 //
+// Where speed_factor applies (one rule for every model): numbers that describe a device itself
+// (peak_flops, bandwidth, its op_latency_s tables) are used as they are; times measured on *this*
+// host and carried to another device (profiles such as HPipe's layer fit, emulated devices) go
+// through on_device_s(), host seconds / speed_factor, the only place the factor is applied.
+//
 // Departures: a graph on one device is predicted as the sum of its ops in topological order (no
-// overlap between ops); DeviceProfile::speed_factor is not applied (peak_flops and bandwidth
-// describe the device as it runs, emulated or not); the learned model of the design card is not
-// here. Thread-safety: the models are immutable after construction; predict_* may be called
-// concurrently.
+// overlap between ops); the learned model of the design card is not here. Thread-safety: the models
+// are immutable after construction; predict_* may be called concurrently.
 #pragma once
 
 #include <map>
@@ -36,6 +39,11 @@
 #include "tandem/export.h"
 
 namespace tandem {
+
+// Seconds `device` takes for work that took `host_s` on this host: host_s / device.speed_factor
+// (InvalidArgument for a speed factor that is not positive and finite).
+TANDEM_API double on_device_s(double host_s, const DeviceProfile& device);
+TANDEM_API double on_device_s(double host_s, double speed_factor);
 
 class TANDEM_API CostModel {
  public:

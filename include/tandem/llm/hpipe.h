@@ -26,14 +26,15 @@
 //
 //   auto prof = hpipe::ModelProfile::load("smollm2.hpipe.json");
 //   auto cluster = ClusterSpec::from_json_file("configs/clusters/hpipe-testbed.json");
-//   hpipe::PipelinePlan plan = hpipe::make_plan(prof, cluster, "hpipe-testbed", 2048, "hpipe", {});
-//   std::ofstream("plan.json") << plan.to_json().dump(2);
+//   sched::PipelinePlan plan = hpipe::make_plan(prof, cluster, "hpipe-testbed", 2048, "hpipe", {});
+//   plan.save("plan.json");
 //
-// Plans follow the pipeline plan contract shared with the runtime (src/sched): stages of kind
-// "llm.layers" (layer_stage.cpp) with the model path and sha256, slices, micro_batches; this code
-// adds the optional fields "batch" (requests in the measured batch), "cuts" and
-// "predicted.energy_j". Departures: units are whole decoder layers (embedding and head ride on the
-// first and last stage); the paper's batch-dimension DP is not done. Thread-safety: pure functions.
+// Plans are the runtime's one plan type (sched/plan.h): one-device stages of kind "llm.layers"
+// (layer_stage.cpp) with the model path and sha256, slices, micro_batches, batch (requests in the
+// measured batch), an extra "cuts" and predicted.energy_j; throughput counts tokens. The planners
+// are registered ("hpipe", "gpipe", "gp-b", "terapipe", "base", "uniform"; sched/planner.h).
+// Departures: units are whole decoder layers (embedding and head ride on the first and last
+// stage); the paper's batch-dimension DP is not done. Thread-safety: pure functions.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -55,53 +56,45 @@ struct PlanOptions {
   int max_grid = 256;       // at most this many grid points: g grows for long prompts
 };
 
+// One "llm.layers" stage, typed: what the planners build and layer_stages() reads back.
 struct StagePlan {
   std::string device;
   int first_layer = 0, last_layer = 0;  // [first, last)
   bool embed = false, head = false;
 };
 
-struct Prediction {
-  double latency_s = 0;
-  double throughput_tokens_per_s = 0;
-  std::vector<double> per_stage_busy_s;
-  double energy_j = 0;
-  std::string source;
-};
-
 inline constexpr int kMaxBatch = 4096;  // requests prefilled together
 
-struct TANDEM_API PipelinePlan {
-  std::string system;   // hpipe | gpipe | gp-b | terapipe | base | uniform-K
-  std::string cluster;  // path or name of the ClusterSpec
+// The layer stages of a plan, checked as an HPipe plan: every stage a one-device "llm.layers"
+// stage of one model (path and sha256), the layers contiguous from 0, embed on the first stage
+// and head on the last; slices present and summing to prompt_len; batch (absent: micro_batches)
+// at most kMaxBatch and a multiple of micro_batches; an "extra" "cuts" equal to the stages'
+// boundaries. ParseError naming `where` and the field otherwise.
+struct TANDEM_API LayerStages {
   std::string model_path, sha256;
-  int prompt_len = 0;
-  int micro_batches = 1;
-  int batch = 1;
-  std::vector<int> slices;
   std::vector<StagePlan> stages;
-  Prediction predicted;
-
   std::vector<int> cuts() const;  // c_0 = 0 < c_1 < ... < c_N = n
-  nlohmann::json to_json() const;
-  // ParseError naming `where` and the field for anything malformed (slices not summing to
-  // prompt_len, layer ranges not contiguous, "cuts" other than the stages' boundaries, batch
-  // past kMaxBatch, unknown kind, ...).
-  static PipelinePlan from_json(const nlohmann::json& j, const std::string& where = "plan");
-  static PipelinePlan load(const std::string& path);
-  void save(const std::string& path) const;
 };
+TANDEM_API LayerStages layer_stages(const sched::PipelinePlan& plan,
+                                    const std::string& where = "plan");
 
-// A runtime plan of "llm.layers" stages (what `tandem pipeline run` reads) checked as an HPipe
-// plan (from_json; absent slices are one slice of prompt_len, an absent sha256 is not checked)
-// and, when the GGUF file is readable here, against its model: the stages must run layers
-// [0, n_layers) exactly once. ParseError naming `where` otherwise. (A worker's stage refuses a
-// head that does not end at the last layer, so a coordinator without the file is covered too.)
-TANDEM_API PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan,
-                                           const std::string& where);
+// The "llm.layers" config of one stage (stage.h's make_stage reads it).
+TANDEM_API nlohmann::json layer_stage_config(const std::string& model_path,
+                                             const std::string& sha256, const StagePlan& stage);
+// A plan of these stages; "cuts" is written beside them for people.
+TANDEM_API sched::PipelinePlan layer_plan(const std::string& model_path, const std::string& sha256,
+                                          const std::vector<StagePlan>& stages);
+
+// A plan `tandem pipeline run` reads, completed and checked: absent slices become one slice of
+// prompt_len (or prompt_len the slices' sum), an absent sha256 is not checked, then layer_stages()
+// applies and, when the GGUF file is readable here, the stages must run layers [0, n_layers) of
+// its model exactly once. ParseError naming `where` otherwise. (A worker's stage refuses a head
+// that does not end at the last layer, so a coordinator without the file is covered too.)
+TANDEM_API sched::PipelinePlan layer_plan_for_run(const sched::PipelinePlan& plan,
+                                                  const std::string& where);
 // The same model and slices as one stage on the first stage's device: the independent
 // single-device run that `pipeline run --verify` compares a split plan against.
-TANDEM_API sched::PipelinePlan single_device_plan(const PipelinePlan& plan);
+TANDEM_API sched::PipelinePlan single_device_plan(const sched::PipelinePlan& plan);
 
 // Seconds one stage takes for s tokens after c cached ones on its device (compute only).
 TANDEM_API double stage_compute_s(const ModelProfile& prof, const DeviceProfile& dev,
@@ -127,16 +120,17 @@ TANDEM_API std::vector<int> uniform_slices(int prompt_len, int k);
 
 // The simulator input of a plan priced by the cost model: packets in the order the first stage
 // receives them (request-major, then slice; GPipe: one packet per micro-batch).
-TANDEM_API sched::PipelineSimInput predicted_sim_input(const PipelinePlan& plan,
+TANDEM_API sched::PipelineSimInput predicted_sim_input(const sched::PipelinePlan& plan,
                                                        const ModelProfile& prof,
                                                        const ClusterSpec& cluster);
 // Fills plan.predicted from the simulator (source "cost-model+simulator").
-TANDEM_API void predict(PipelinePlan& plan, const ModelProfile& prof, const ClusterSpec& cluster);
+TANDEM_API void predict(sched::PipelinePlan& plan, const ModelProfile& prof,
+                        const ClusterSpec& cluster);
 
 // Plans `system` (see above; "uniform-K" with 1 <= K <= 128). InvalidArgument for an unknown
 // system, a prompt length < 1 or past the model's profile, fewer layers than devices.
-TANDEM_API PipelinePlan make_plan(const ModelProfile& prof, const ClusterSpec& cluster,
-                                  const std::string& cluster_name, int prompt_len,
-                                  const std::string& system, const PlanOptions& options);
+TANDEM_API sched::PipelinePlan make_plan(const ModelProfile& prof, const ClusterSpec& cluster,
+                                         const std::string& cluster_name, int prompt_len,
+                                         const std::string& system, const PlanOptions& options);
 
 }  // namespace tandem::llm::hpipe

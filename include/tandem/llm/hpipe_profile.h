@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/cost_model.h"
 #include "tandem/export.h"
 
 namespace tandem::llm {
@@ -67,6 +68,30 @@ struct TANDEM_API ModelProfile {
   static ModelProfile from_json(const nlohmann::json& j, const std::string& where = "profile");
   static ModelProfile load(const std::string& path);  // IoError / ParseError
   void save(const std::string& path) const;           // IoError
+};
+
+// HPipe's cost model: a profile's fitted layer times behind the core CostModel interface. It
+// prices nodes of kind "decoder_layers" (attrs: "layers", "tokens" s, "context" c, "head": whether
+// the final norm + projection of one row runs after them) as
+//   on_device_s(layers * layer.predict_s(s, c) + head * head_row_s, device)
+// (measured on this host, carried to the device by its speed factor; cost_model.h); links cost
+// latency + bytes / bandwidth (CostModel::predict_transfer_s). layers_s() is the same price
+// without building a node, for the planners' inner loops.
+//
+//   hpipe::LayerCostModel cost(prof);
+//   double t = cost.predict_op_s(hpipe::LayerCostModel::layers_node(4, false, 128, 1024), dev);
+class TANDEM_API LayerCostModel : public CostModel {
+ public:
+  explicit LayerCostModel(const ModelProfile& profile);
+  std::string name() const override { return "hpipe-layer-fit"; }
+  // InvalidArgument for another kind or missing / negative attrs.
+  double predict_op_s(const OpNode& node, const DeviceProfile& device) const override;
+  double layers_s(double layers, bool head, double s, double c, const DeviceProfile& device) const;
+  static OpNode layers_node(int layers, bool head, double s, double c);
+
+ private:
+  LayerTimeFit fit_;
+  double head_row_s_ = 0;
 };
 
 struct ProfileOptions {

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// HPipe replay: runs a pipeline plan in this process, stage by stage and slice by slice, through
-// the real "llm.layers" stages (sched::make_stage), timing every stage x slice; each measured time
-// is stretched by 1 / speed_factor of the stage's emulated device. The pipelined schedule's
-// makespan then comes from the discrete-event simulator (sched/simulator.h) over those measured
-// times plus the emulated links' latency + bytes / bandwidth, beside the same simulation over the
-// cost model's predictions, so predicted and measured are reported per stage. This is the
-// measurement used until the multi-process runtime (src/sched) runs plans itself; it measures the
-// compute honestly but models the overlap (the simulator), which a real run would measure.
+// HPipe replay: runs an HPipe plan in this process, stage by stage and slice by slice, through the
+// real "llm.layers" stages (sched::make_stage), each on the runtime's emulated device
+// (sched::EmulatedDevice::measure: the time stretched by the device's speed factor, no sleeping).
+// The pipelined schedule's makespan then comes from the discrete-event simulator
+// (sched/simulator.h) over those measured times plus the emulated links' latency + bytes /
+// bandwidth, beside the same simulation over the cost model's predictions, so predicted and
+// measured are reported per stage. It measures the compute honestly and models the overlap; the
+// multi-process runtime (`tandem pipeline run`, sched/pipeline.h) measures the overlap too, at
+// the price of real time.
 //
 //   auto r = hpipe::replay_plan(plan, cluster, profile, prompt_ids, {});
 //   r.measured.makespan_s;  r.predicted.makespan_s;  r.last_logits;   // [1, vocab]
@@ -48,7 +49,7 @@ struct TANDEM_API ReplayResult {
 
 // InvalidArgument when the prompt length differs from the plan's or a plan device is missing from
 // the cluster; errors of the model / stages propagate.
-TANDEM_API ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
+TANDEM_API ReplayResult replay_plan(const sched::PipelinePlan& plan, const ClusterSpec& cluster,
                                     const ModelProfile& profile, std::span<const int32_t> prompt,
                                     const ReplayOptions& options = {});
 

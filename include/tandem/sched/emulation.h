@@ -34,12 +34,22 @@ namespace tandem::sched {
 struct TANDEM_API EmulatedDevice {
   int threads = 0;            // CPU threads for the stage's kernels (0: leave the process setting)
   double speed_factor = 1.0;  // (0, 1]: 0.5 = half as fast as this machine; > 1 cannot speed up
-  // Runs stage.process(in); then sleeps (1 / speed_factor - 1) x the elapsed time. `compute_s`
-  // (optional) receives the stretched time.
+  // Seconds this device takes for what ran here in `elapsed_s`: core on_device_s (cost_model.h),
+  // the one place speed_factor applies.
+  double emulated_s(double elapsed_s) const;
+  // Runs stage.process(in); then sleeps until emulated_s(elapsed) has passed (a device cannot be
+  // sped up by sleeping: factors > 1 run at this machine's speed). `compute_s` (optional)
+  // receives the wall time.
   Packet run(Stage& stage, Packet in, double* compute_s = nullptr) const;
+  // Runs stage.process(in) without sleeping; `compute_s` receives emulated_s(elapsed) (replays,
+  // which schedule measured times in the simulator instead of waiting them out).
+  Packet measure(Stage& stage, Packet in, double* compute_s) const;
   nlohmann::json to_json() const;
   static EmulatedDevice from_profile(const DeviceProfile& d);
   static EmulatedDevice from_json(const nlohmann::json& j);  // InvalidArgument on bad values
+
+ private:
+  Packet process_timed(Stage& stage, Packet in, double* elapsed_s) const;
 };
 
 struct LinkFaults {

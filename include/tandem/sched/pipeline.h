@@ -12,6 +12,13 @@
 // Activations travel coordinator -> worker -> coordinator (hub and spoke; no worker-to-worker
 // sockets), so a real multi-host run pays two hops per stage.
 //
+// A group stage (plan.h: several devices, each with its share) runs as one node: the kind's
+// registered split (stage.h GroupOps) cuts the packet into the members' parts, each member runs its
+// part on its own device (worker) concurrently, its part crossing the link from the stage's first
+// device (the master) and back over one shared medium per group (transfers one at a time, as on
+// PICO's WLAN), and the kind's stitch joins the outputs. The stage's compute time is the slowest
+// member's.
+//
 // Failure: a stage that hears nothing from its worker for heartbeat_timeout_s (killed, stopped,
 // host gone) raises WorkerLost; the run stops every thread, asks options.replan for a device per
 // stage over the devices still alive (default_replan: each stage of a failed device moves to the
@@ -50,7 +57,8 @@ struct Request {
   std::vector<Packet> micros;  // in order; micro / n_micro / request_id are set by run()
 };
 
-// stage devices, failed devices, surviving devices -> the device of each stage.
+// Device slots, failed devices, surviving devices -> the device of each slot. A slot is a stage's
+// device (one-device stages) or one member of a group stage, stage-major in plan order.
 using ReplanFn = std::function<std::vector<std::string>(
     const std::vector<std::string>& stage_devices, const std::vector<std::string>& failed,
     const std::vector<std::string>& alive)>;

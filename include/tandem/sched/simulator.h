@@ -13,7 +13,10 @@
 //   - the output of stage j goes over link j (a FIFO resource: one transfer at a time) and arrives
 //     at stage j+1 transfer_s[p][j] later; sends are asynchronous (the device is free at once);
 //   - several stages may share a device (stage_device), and links are keyed by the device pair, so
-//     two stages on one device never pay a transfer (transfer_s must be 0 there).
+//     two stages on one device never pay a transfer (transfer_s must be 0 there);
+//   - a "device" here is whatever runs one task at a time: a plan stage whose work is shared by a
+//     group of devices (plan.h) is one such resource, its compute_s the group's time (the slowest
+//     member plus the stage's split/stitch transfers, as the planner prices it).
 //
 //   sched::PipelineSimInput in;
 //   in.compute_s = {{1.0, 2.0}, {1.0, 2.0}};   // 2 packets x 2 stages

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/registry.h"
 #include "tandem/core/tensor.h"
 #include "tandem/export.h"
 
@@ -50,12 +51,26 @@ class TANDEM_API Stage {
 
 using StageFactory = std::function<std::unique_ptr<Stage>(const nlohmann::json& config)>;
 
+// The registry behind the functions below (core/registry.h).
+TANDEM_API Registry<StageFactory>& stage_kind_registry();
 // InvalidArgument for an empty or repeated kind.
 TANDEM_API void register_stage_kind(const std::string& kind, StageFactory factory);
 // Builds config["kind"]; InvalidArgument naming the kind (and the registered ones) when unknown,
 // or when config has no string "kind".
 TANDEM_API std::unique_ptr<Stage> make_stage(const nlohmann::json& config);
 TANDEM_API std::vector<std::string> stage_kinds();  // sorted
+
+// A stage kind whose stages may run on a group of devices (plan.h) also registers how a packet is
+// split into the members' parts and their outputs stitched back, by the kind's name. Member k's
+// stage is built from the stage config plus {"share": shares[k]} and runs on its own device;
+// split and stitch run where the runtime runs the stage (its coordinator: PICO's master).
+struct GroupOps {
+  std::function<std::vector<Packet>(const Packet& in, const std::vector<nlohmann::json>& shares)>
+      split;
+  std::function<Packet(std::vector<Packet> parts, const std::vector<nlohmann::json>& shares)>
+      stitch;
+};
+TANDEM_API Registry<GroupOps>& group_ops_registry();
 
 struct TANDEM_API StageKindRegistration {
   StageKindRegistration(const std::string& kind, StageFactory factory) {

@@ -13,13 +13,18 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double speed(const DeviceProfile& d, double override_speed) {
-  return override_speed > 0 ? override_speed : d.speed_factor;
+// The device as priced: `override_speed` > 0 replaces its speed factor (TeraPipe's homogeneous
+// model prices every device at the cluster's mean speed).
+DeviceProfile priced(const DeviceProfile& d, double override_speed) {
+  DeviceProfile p = d;
+  p.op_latency_s.clear();
+  if (override_speed > 0) p.speed_factor = override_speed;
+  return p;
 }
 
-double layers_compute_s(const ModelProfile& prof, double n_layers, double spd, bool head, double s,
-                        double c) {
-  return (n_layers * prof.layer.predict_s(s, c) + (head ? prof.head_row_s : 0.0)) / spd;
+double layers_compute_s(const LayerCostModel& cost, int n_layers, const DeviceProfile& d, bool head,
+                        double s, double c) {
+  return cost.layers_s(n_layers, head, s, c, d);
 }
 
 // Seconds to send s tokens' hidden states from device `from` to `to` (0 when they are the same).
@@ -60,11 +65,11 @@ void check_inputs(const ModelProfile& prof, const ClusterSpec& cl, int prompt_le
 }
 
 // The stage's whole-prompt time (DP 1's T): compute for the batch plus the outgoing transfer.
-double stage_cost(const ModelProfile& prof, const ClusterSpec& cl, size_t m, int a, int b,
-                  int prompt_len, int batch) {
+double stage_cost(const ModelProfile& prof, const LayerCostModel& cost, const ClusterSpec& cl,
+                  size_t m, int a, int b, int prompt_len, int batch) {
   const DeviceProfile& d = cl.devices[m];
   const bool last = m + 1 == cl.devices.size();
-  double t = batch * layers_compute_s(prof, b - a, d.speed_factor, last, prompt_len, 0);
+  double t = batch * layers_compute_s(cost, b - a, d, last, prompt_len, 0);
   if (!last) t += send_s(prof, cl, d.name, cl.devices[m + 1].name, double(batch) * prompt_len);
   return t;
 }
@@ -99,16 +104,9 @@ bool fits(const ModelProfile& prof, const DeviceProfile& d, int a, int b, bool e
 
 }  // namespace
 
-std::vector<int> PipelinePlan::cuts() const {
-  std::vector<int> c;
-  for (const StagePlan& s : stages) c.push_back(s.first_layer);
-  if (!stages.empty()) c.push_back(stages.back().last_layer);
-  return c;
-}
-
 double stage_compute_s(const ModelProfile& prof, const DeviceProfile& dev, const StagePlan& st,
                        double s, double c) {
-  return layers_compute_s(prof, st.last_layer - st.first_layer, dev.speed_factor, st.head, s, c);
+  return LayerCostModel(prof).layers_s(st.last_layer - st.first_layer, st.head, s, c, dev);
 }
 
 double stage_memory_bytes(const ModelProfile& prof, int a, int b, bool embed, bool head,
@@ -127,12 +125,13 @@ std::vector<int> partition_layers(const ModelProfile& prof, const ClusterSpec& c
   const int n = prof.n_layers;
   const size_t nd = cl.devices.size();
   const double tokens = double(prompt_len) * batch;
+  const LayerCostModel cost(prof);
   // A[m][b]: best slowest-stage time with layers [0, b) on devices 0..m; K: the cut before b.
   std::vector<std::vector<double>> A(nd, std::vector<double>(n + 1, kInf));
   std::vector<std::vector<int>> K(nd, std::vector<int>(n + 1, -1));
   for (int b = 1; b <= n; ++b) {
     if (fits(prof, cl.devices[0], 0, b, true, nd == 1, tokens)) {
-      A[0][b] = stage_cost(prof, cl, 0, 0, b, prompt_len, batch);
+      A[0][b] = stage_cost(prof, cost, cl, 0, 0, b, prompt_len, batch);
       K[0][b] = 0;
     }
   }
@@ -141,7 +140,8 @@ std::vector<int> partition_layers(const ModelProfile& prof, const ClusterSpec& c
     for (int b = static_cast<int>(m) + 1; b <= n; ++b) {
       for (int k = static_cast<int>(m); k < b; ++k) {
         if (A[m - 1][k] == kInf || !fits(prof, cl.devices[m], k, b, false, last, tokens)) continue;
-        const double v = std::max(A[m - 1][k], stage_cost(prof, cl, m, k, b, prompt_len, batch));
+        const double v =
+            std::max(A[m - 1][k], stage_cost(prof, cost, cl, m, k, b, prompt_len, batch));
         if (v < A[m][b]) {
           A[m][b] = v;
           K[m][b] = k;
@@ -199,6 +199,9 @@ std::vector<int> slice_tokens(const ModelProfile& prof, const ClusterSpec& cl,
   const int n = (prompt_len + g - 1) / g;  // grid points; point i covers tokens up to min(i g, L)
   auto tok = [&](int i) { return std::min(i * g, prompt_len); };
   const size_t ns = stages.size();
+  const LayerCostModel model(prof);
+  std::vector<DeviceProfile> dev;
+  for (const StagePlan& st : stages) dev.push_back(priced(cl.device(st.device), speed_override));
   // cost[e][b]: bottleneck stage time of the slice [tok(b), tok(e)) (e > b).
   std::vector<std::vector<double>> cost(n + 1, std::vector<double>(n + 1, kInf));
   std::vector<double> cands;
@@ -207,10 +210,9 @@ std::vector<int> slice_tokens(const ModelProfile& prof, const ClusterSpec& cl,
       const double s = tok(e) - tok(b), c = tok(b);
       double worst = 0;
       for (size_t j = 0; j < ns; ++j) {
-        const DeviceProfile& d = cl.device(stages[j].device);
-        double t = layers_compute_s(prof, stages[j].last_layer - stages[j].first_layer,
-                                    speed(d, speed_override), stages[j].head, s, c);
-        if (j + 1 < ns) t += send_s(prof, cl, d.name, stages[j + 1].device, s);
+        double t = layers_compute_s(model, stages[j].last_layer - stages[j].first_layer, dev[j],
+                                    stages[j].head, s, c);
+        if (j + 1 < ns) t += send_s(prof, cl, dev[j].name, stages[j + 1].device, s);
         worst = std::max(worst, t);
       }
       cost[e][b] = worst;
@@ -268,89 +270,102 @@ std::vector<int> slice_tokens(const ModelProfile& prof, const ClusterSpec& cl,
   return slices;
 }
 
-sched::PipelineSimInput predicted_sim_input(const PipelinePlan& plan, const ModelProfile& prof,
-                                            const ClusterSpec& cl) {
+sched::PipelineSimInput predicted_sim_input(const sched::PipelinePlan& plan,
+                                            const ModelProfile& prof, const ClusterSpec& cl) {
+  const LayerStages ls = layer_stages(plan, "plan");
+  const LayerCostModel cost(prof);
   sched::PipelineSimInput in;
-  const size_t ns = plan.stages.size();
-  const int per_packet = plan.batch / plan.micro_batches;  // requests per packet
-  const int packets_per_slice_list = plan.micro_batches;
-  for (int r = 0; r < packets_per_slice_list; ++r) {
+  const size_t ns = ls.stages.size();
+  const int64_t batch = plan.batch > 0 ? plan.batch : plan.micro_batches;
+  const int64_t per_packet = batch / plan.micro_batches;  // requests per packet
+  for (int64_t r = 0; r < plan.micro_batches; ++r) {
     double c = 0;
-    for (int s : plan.slices) {
+    for (int64_t s : plan.slices) {
       std::vector<double> comp(ns), xfer(ns - 1);
       for (size_t j = 0; j < ns; ++j) {
-        const DeviceProfile& d = cl.device(plan.stages[j].device);
-        comp[j] = per_packet * stage_compute_s(prof, d, plan.stages[j], s, c);
-        if (j + 1 < ns) {
-          xfer[j] = send_s(prof, cl, d.name, plan.stages[j + 1].device, double(per_packet) * s);
-        }
+        const DeviceProfile& d = cl.device(ls.stages[j].device);
+        comp[j] =
+            double(per_packet) * cost.layers_s(ls.stages[j].last_layer - ls.stages[j].first_layer,
+                                               ls.stages[j].head, double(s), c, d);
+        if (j + 1 < ns)
+          xfer[j] = send_s(prof, cl, d.name, ls.stages[j + 1].device, double(per_packet * s));
       }
       in.compute_s.push_back(comp);
       in.transfer_s.push_back(xfer);
-      c += s;
+      c += double(s);
     }
   }
   return in;
 }
 
-void predict(PipelinePlan& plan, const ModelProfile& prof, const ClusterSpec& cl) {
+void predict(sched::PipelinePlan& plan, const ModelProfile& prof, const ClusterSpec& cl) {
   const sched::PipelineSimResult r = sched::simulate_pipeline(predicted_sim_input(plan, prof, cl));
-  plan.predicted.latency_s = r.makespan_s;
-  plan.predicted.throughput_tokens_per_s = double(plan.batch) * plan.prompt_len / r.makespan_s;
-  plan.predicted.per_stage_busy_s = r.device_busy_s;
-  plan.predicted.energy_j = 0;
-  for (size_t j = 0; j < plan.stages.size(); ++j) {
-    plan.predicted.energy_j += cl.device(plan.stages[j].device).power_w * r.device_busy_s[j];
-  }
-  plan.predicted.source = "cost-model+simulator";
+  sched::PlanPrediction& p = plan.predicted;
+  p.latency_s = r.makespan_s;
+  p.unit = "tokens";
+  const int64_t batch = plan.batch > 0 ? plan.batch : plan.micro_batches;
+  p.throughput_per_s = double(batch) * double(plan.prompt_len) / r.makespan_s;
+  p.per_stage_busy_s = r.device_busy_s;
+  p.energy_j = 0;
+  for (size_t j = 0; j < plan.stages.size(); ++j)
+    p.energy_j += cl.device(plan.stages[j].device()).power_w * r.device_busy_s[j];
+  p.source = "cost-model+simulator";
 }
 
-PipelinePlan make_plan(const ModelProfile& prof, const ClusterSpec& cl,
-                       const std::string& cluster_name, int prompt_len, const std::string& system,
-                       const PlanOptions& opt) {
+namespace {
+
+// K of "uniform-K", 0 when malformed.
+int uniform_k(const std::string& system) {
+  try {
+    size_t used = 0;
+    const int k = std::stoi(system.substr(8), &used);
+    return used == system.size() - 8 ? k : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+sched::PipelinePlan make_plan(const ModelProfile& prof, const ClusterSpec& cl,
+                              const std::string& cluster_name, int prompt_len,
+                              const std::string& system, const PlanOptions& opt) {
   check_inputs(prof, cl, prompt_len, opt.batch);
-  PipelinePlan plan;
-  plan.system = system;
-  plan.cluster = cluster_name;
-  plan.model_path = prof.model_path;
-  plan.sha256 = prof.sha256;
-  plan.prompt_len = prompt_len;
-  plan.batch = opt.batch;
   auto hetero_split = [&] { return partition_layers(prof, cl, prompt_len, opt.batch); };
   auto even = [&] { return even_split(prof, cl, prompt_len, opt.batch); };
+  std::vector<StagePlan> stages;
+  std::vector<int> slices;
   if (system == "hpipe") {
-    plan.stages = stages_from_cuts(cl, hetero_split());
+    stages = stages_from_cuts(cl, hetero_split());
     // Requests follow each other through the pipeline; each request's slices are planned alone.
-    plan.slices = slice_tokens(prof, cl, plan.stages, prompt_len, opt);
+    slices = slice_tokens(prof, cl, stages, prompt_len, opt);
   } else if (system == "terapipe") {
-    plan.stages = stages_from_cuts(cl, even());
+    stages = stages_from_cuts(cl, even());
     double mean = 0;
     for (const DeviceProfile& d : cl.devices) mean += d.speed_factor / double(cl.devices.size());
-    plan.slices = slice_tokens(prof, cl, plan.stages, prompt_len, opt, mean);
+    slices = slice_tokens(prof, cl, stages, prompt_len, opt, mean);
   } else if (system == "gpipe" || system == "gp-b") {
-    plan.stages = stages_from_cuts(cl, system == "gpipe" ? even() : hetero_split());
-    plan.slices = {prompt_len};
+    stages = stages_from_cuts(cl, system == "gpipe" ? even() : hetero_split());
+    slices = {prompt_len};
   } else if (system == "base") {
-    plan.stages = stages_from_cuts(cl, even());
-    plan.slices = {prompt_len};
+    stages = stages_from_cuts(cl, even());
+    slices = {prompt_len};
   } else if (system.rfind("uniform-", 0) == 0) {
-    int k = 0;
-    try {
-      size_t used = 0;
-      k = std::stoi(system.substr(8), &used);
-      if (used != system.size() - 8) k = 0;
-    } catch (const std::exception&) {
-      k = 0;
-    }
-    if (k < 1 || k > 128) {
+    const int k = uniform_k(system);
+    if (k < 1 || k > 128)
       throw InvalidArgument(cat("HPipe: system '", system, "': K must be 1..128"));
-    }
-    plan.stages = stages_from_cuts(cl, hetero_split());
-    plan.slices = uniform_slices(prompt_len, k);
+    stages = stages_from_cuts(cl, hetero_split());
+    slices = uniform_slices(prompt_len, k);
   } else {
     throw InvalidArgument(cat("HPipe: unknown system '", system,
                               "' (hpipe, gpipe, gp-b, terapipe, base, uniform-K)"));
   }
+  sched::PipelinePlan plan = layer_plan(prof.model_path, prof.sha256, stages);
+  plan.system = system;
+  plan.cluster = cluster_name;
+  plan.prompt_len = prompt_len;
+  plan.batch = opt.batch;
+  plan.slices.assign(slices.begin(), slices.end());
   // GPipe-style systems send one request per micro-batch; Base sends the whole batch at once; the
   // token-sliced systems send each request's slices in turn (micro_batches = batch, one request
   // each, so the batch's requests pipeline back to back).

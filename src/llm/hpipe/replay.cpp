@@ -8,6 +8,7 @@
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/hpipe_replay.h"
+#include "tandem/sched/emulation.h"
 #include "tandem/sched/stage.h"
 
 namespace tandem::llm::hpipe {
@@ -15,16 +16,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-nlohmann::json stage_config(const PipelinePlan& plan, const StagePlan& s) {
-  return {{"kind", "llm.layers"},
-          {"model", plan.model_path},
-          {"sha256", plan.sha256},
-          {"first_layer", s.first_layer},
-          {"last_layer", s.last_layer},
-          {"embed", s.embed},
-          {"head", s.head}};
 }
 
 }  // namespace
@@ -39,7 +30,7 @@ nlohmann::json ReplayResult::to_json() const {
           {"wall_s", wall_s}};
 }
 
-ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
+ReplayResult replay_plan(const sched::PipelinePlan& plan, const ClusterSpec& cluster,
                          const ModelProfile& profile, std::span<const int32_t> prompt,
                          const ReplayOptions& options) {
   if (static_cast<int>(prompt.size()) != plan.prompt_len) {
@@ -49,12 +40,15 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
   if (options.threads < 1 || options.measured_requests < 1) {
     throw InvalidArgument("replay_plan: threads and measured_requests must be >= 1");
   }
-  const size_t ns = plan.stages.size();
-  std::vector<double> stretch(ns);
+  const LayerStages ls = layer_stages(plan, "replay_plan");
+  const size_t ns = ls.stages.size();
+  // Each stage runs on its emulated device (the runtime's; its speed factor stretches the time),
+  // timed without sleeping: the simulator schedules the measured times.
+  std::vector<sched::EmulatedDevice> devices(ns);
   for (size_t j = 0; j < ns; ++j)
-    stretch[j] = 1.0 / cluster.device(plan.stages[j].device).speed_factor;
+    devices[j].speed_factor = cluster.device(ls.stages[j].device).speed_factor;
   std::vector<std::unique_ptr<sched::Stage>> stages;
-  for (const StagePlan& s : plan.stages) stages.push_back(sched::make_stage(stage_config(plan, s)));
+  for (const sched::PlanStage& s : plan.stages) stages.push_back(sched::make_stage(s.stage));
 
   const int saved = cpu_num_threads();
   set_cpu_num_threads(options.threads);
@@ -83,9 +77,9 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
           std::vector<int32_t>(prompt.begin() + pos, prompt.begin() + pos + plan.slices[i]),
           {plan.slices[i]}, DType::kI32));
       for (size_t j = 0; j < ns; ++j) {
-        const double t0 = now_s();
-        p = stages[j]->process(std::move(p));
-        per_request[i][j] = std::min(per_request[i][j], (now_s() - t0) * stretch[j]);
+        double t = 0;
+        p = devices[j].measure(*stages[j], std::move(p), &t);
+        per_request[i][j] = std::min(per_request[i][j], t);
       }
       if (i + 1 == n_slices && req + 1 == options.measured_requests) r.last_logits = p.tensors[0];
       pos += plan.slices[i];
@@ -96,7 +90,8 @@ ReplayResult replay_plan(const PipelinePlan& plan, const ClusterSpec& cluster,
 
   sched::PipelineSimInput pred = predicted_sim_input(plan, profile, cluster);
   sched::PipelineSimInput meas = pred;
-  const double per_packet = double(plan.batch) / plan.micro_batches;
+  const int64_t batch = plan.batch > 0 ? plan.batch : plan.micro_batches;
+  const double per_packet = double(batch) / double(plan.micro_batches);
   for (size_t p = 0; p < meas.compute_s.size(); ++p) {
     for (size_t j = 0; j < ns; ++j)
       meas.compute_s[p][j] = per_packet * per_request[p % n_slices][j];

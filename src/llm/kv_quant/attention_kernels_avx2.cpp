@@ -12,7 +12,7 @@
 #include <cstring>
 #include <limits>
 
-#include "fast/dequant.h"
+#include "kernels/dequant.h"
 #include "tandem/core/dtype.h"
 
 #pragma GCC diagnostic push
@@ -29,7 +29,7 @@ using cpu::BlockQ4_0;
 using cpu::BlockQ4_1;
 using cpu::BlockQ8_0;
 constexpr const char* kIsaName = "avx2";
-#include "fast/simd_avx2.h"
+#include "kernels/simd_avx2.h"
 
 // Codes of one vector (8 lanes) as floats.
 struct C {

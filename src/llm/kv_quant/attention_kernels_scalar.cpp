@@ -10,8 +10,8 @@
 #include <string>
 
 #include "attention_kernels.h"
-#include "cpu_info.h"
-#include "fast/dequant.h"
+#include "kernels/dequant.h"
+#include "kernels/isa_dispatch.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/log.h"
 
@@ -22,7 +22,7 @@ using cpu::BlockQ4_1;
 using cpu::BlockQ8_0;
 using cpu::dequant_block;
 constexpr const char* kIsaName = "scalar";
-#include "fast/simd_scalar.h"
+#include "kernels/simd_scalar.h"
 
 // One code per "vector" (the generic code never takes a vector path for 2- and 4-bit codes here).
 struct C {
@@ -51,17 +51,8 @@ struct C {
 namespace {
 
 const AttentionKernels* pick() {
-  const cpu::CpuInfo& c = cpu::cpu_info();
-  const char* env = std::getenv("TANDEM_CPU_ISA");
-  const std::string want = env ? env : "";
-  const AttentionKernels* t = nullptr;
-  if (want.empty() || want == "avx512") {
-    if (c.avx512f && c.avx512bw && c.fma && c.f16c) t = avx512::table();
-  }
-  if (!t && (want.empty() || want == "avx512" || want == "avx2")) {
-    if (c.avx2 && c.fma && c.f16c) t = avx2::table();
-  }
-  if (!t) t = scalar::table();
+  const AttentionKernels* t =
+      cpu::variant(cpu::usable_isas(), avx512::table(), avx2::table(), scalar::table());
   log().debug("kv attention kernels: {} variant", t->name);
   return t;
 }
@@ -74,12 +65,7 @@ const AttentionKernels& attention_kernels() {
 }
 
 std::vector<const AttentionKernels*> attention_kernel_variants() {
-  const cpu::CpuInfo& c = cpu::cpu_info();
-  std::vector<const AttentionKernels*> out;
-  if (c.avx512f && c.avx512bw && c.fma && c.f16c && avx512::table()) out.push_back(avx512::table());
-  if (c.avx2 && c.fma && c.f16c && avx2::table()) out.push_back(avx2::table());
-  out.push_back(scalar::table());
-  return out;
+  return cpu::variants(cpu::supported_isas(), avx512::table(), avx2::table(), scalar::table());
 }
 
 }  // namespace tandem::llm::kvattn

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// V for AVX2 + FMA + F16C: 8 floats per vector; tails go through a small stack buffer. Included by
-// isa_avx2.cpp inside its `#pragma GCC target` region and ISA namespace.
+// Kernel toolkit (src/kernels). V for AVX2 + FMA + F16C: 8 floats per vector; tails go through a
+// small stack buffer. Included by a kernel file (the CPU backend's isa_avx2.cpp, the KV attention
+// kernels) inside its `#pragma GCC target` region and ISA namespace.
 #pragma once
 
 struct V {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// V for AVX-512 (F + BW): 16 floats per vector, masked tails. Included by isa_avx512.cpp inside its
-// `#pragma GCC target` region and ISA namespace; <immintrin.h> and dequant.h are included before
-// that.
+// Kernel toolkit (src/kernels). V for AVX-512 (F + BW): 16 floats per vector, masked tails.
+// Included by a kernel file (the CPU backend's isa_avx512.cpp, the KV attention kernels) inside its
+// `#pragma GCC target` region and ISA namespace; <immintrin.h> and dequant.h come before it.
 #pragma once
 
 struct V {

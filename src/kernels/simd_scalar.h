@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// V for the baseline: one float per "vector". The generic kernels then become plain loops, which
-// the compiler may still auto-vectorise for the baseline ISA (SSE2 on x86-64, NEON on arm64).
+// Kernel toolkit (src/kernels). V for the baseline: one float per "vector". The generic kernels
+// then become plain loops, which the compiler may still auto-vectorise for the baseline ISA (SSE2
+// on x86-64, NEON on arm64).
 #pragma once
 
 struct V {

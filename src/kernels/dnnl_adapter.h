@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The only door to oneDNN (Debian libdnnl-dev 2.6): dnnl_sgemm for f32 GEMM and the
-// convolution_forward primitive (2.x operation-descriptor API) for conv2d. Built only with
-// TANDEM_HAVE_DNNL; otherwise available() is false and the calls throw Unsupported. oneDNN threads
-// with OpenMP: each call runs with `threads` OpenMP threads (the caller's setting is restored
-// afterwards).
+// Kernel toolkit (src/kernels). The only door to oneDNN (Debian libdnnl-dev 2.6): dnnl_sgemm for
+// f32 GEMM and the convolution_forward primitive (2.x operation-descriptor API) for conv2d. Built
+// only with TANDEM_HAVE_DNNL; otherwise available() is false and the calls throw Unsupported.
+// oneDNN threads with OpenMP: each call runs with `threads` OpenMP threads (the caller's setting is
+// restored afterwards).
 #pragma once
 
 #include <cstdint>

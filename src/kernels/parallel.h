@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// parallel_for: the one OpenMP loop of the fast kernels, and parallel_threads: the one rule for how
-// many threads a kernel of a given size may use.
+// Kernel toolkit (src/kernels). parallel_for: the one OpenMP loop of the CPU kernels (the backend's
+// and the engines' own), and parallel_threads: the one rule for how many threads a kernel of a
+// given size may use.
 //
 // parallel_for runs body(i, thread) for i in [0, n) on up to `threads` OpenMP threads (dynamic
 // schedule, one index at a time: callers pass coarse work items), with `thread` in [0, team) for

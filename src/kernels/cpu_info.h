@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the host CPU is and can do: model name, thread count, ISA features detected at run time.
+// Kernel toolkit (src/kernels): what the host CPU is and can do: model name, thread count, ISA
+// features detected at run time (isa_dispatch.h turns them into the kernels' variant choice).
 #pragma once
 
 #include <cstdint>
