@@ -119,10 +119,10 @@ ClusterSpec cluster(int n, double link_bytes_per_s, double flops = 2e8) {
   for (int i = 0; i < n; ++i) {
     DeviceProfile d;
     d.name = "d" + std::to_string(i);
-    d.peak_flops = flops;
+    d.speed_factor = speed[i % 6];
+    d.peak_flops = flops * d.speed_factor;  // the device's own capacity
     d.mem_bandwidth_bytes_per_s = 1e10;
     d.mem_bytes = 1e9;
-    d.speed_factor = speed[i % 6];
     c.devices.push_back(d);
   }
   for (int i = 0; i < n; ++i)
@@ -231,6 +231,12 @@ TEST(CnnEdge, EveryTileOfEveryPlanIsExact) {
         EXPECT_GT(plan.metrics.period_s, 0);
         EXPECT_GE(plan.metrics.latency_s, plan.metrics.period_s * (1 - 1e-12));
         EXPECT_GE(plan.metrics.redundancy, -1e-12);
+        // The runtime's plan type reads it back (distinct devices per group, cnn.tiles stages).
+        const auto pp = sched::PipelinePlan::from_json(
+            to_pipeline_plan(plan, pb, "branchy.onnx", "test").to_json(), sys);
+        ASSERT_EQ(pp.stages.size(), plan.stages.size());
+        EXPECT_EQ(pp.stages[0].kind(), "cnn.tiles");
+        EXPECT_DOUBLE_EQ(pp.predicted.period_s, plan.metrics.period_s);
       }
       // DeepThings' own way: a fixed 3x3 grid over the first 5 pieces.
       const PlanOptions fixed{.efl_rows = 3, .efl_cols = 3, .efl_fused = 5};
@@ -292,7 +298,7 @@ TEST(CnnEdge, PicoDpMatchesExhaustiveSearch) {
       for (double link : {1e9, 2e6}) {
         const ClusterSpec cl = cluster(n, link, 1e8);
         const EdgeProblem pb = make_problem(chain, cl, cost);
-        const double cap_flops = 1e8 * 0.6;
+        const double cap_flops = 1e8 * 0.6;  // any homogeneous capacity
         SCOPED_TRACE(std::to_string(layers) + " layers, " + std::to_string(n) + " devices");
         const auto want = exhaustive(pb, n, cap_flops, std::numeric_limits<double>::infinity());
         const HomogeneousPlan got = pico_dp(pb, n, cap_flops);

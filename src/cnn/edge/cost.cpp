@@ -68,20 +68,6 @@ int EdgeProblem::device_index(const std::string& name) const {
   throw NotFound(cat("edge plan: no device named '", name, "' in the cluster"));
 }
 
-namespace {
-
-// The one place the speed factor is applied: the profile of the device as it runs.
-DeviceProfile as_it_runs(const DeviceProfile& d) {
-  DeviceProfile e = d;
-  e.peak_flops = d.peak_flops * d.speed_factor;
-  e.mem_bandwidth_bytes_per_s = d.mem_bandwidth_bytes_per_s * d.speed_factor;
-  for (auto& [key, s] : e.op_latency_s) s /= d.speed_factor;
-  e.speed_factor = 1.0;
-  return e;
-}
-
-}  // namespace
-
 EdgeProblem make_problem(const Chain& chain, const ClusterSpec& cluster,
                          const EdgeCostModel& cost) {
   if (cluster.devices.empty()) throw InvalidArgument("edge plan: the cluster has no devices");
@@ -100,7 +86,7 @@ EdgeProblem make_problem(const Chain& chain, const ClusterSpec& cluster,
   EdgeProblem p;
   p.chain = &chain;
   p.cost = &cost;
-  for (const DeviceProfile& d : cluster.devices) p.devices.push_back(as_it_runs(d));
+  p.devices = cluster.devices;
   if (cluster.links.empty()) {
     if (cluster.devices.size() > 1)
       throw InvalidArgument("edge plan: a cluster of several devices needs links (the medium)");

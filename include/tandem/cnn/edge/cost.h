@@ -15,12 +15,13 @@
 // Transfers use the link model t = L + bytes/B of the shared medium (one WLAN: a stage's transfers
 // are summed, eq. 8).
 //
-// EdgeProblem bundles what a planner needs: the chain, the devices and the medium. Where speed
-// factors count: make_problem() is the one place DeviceProfile::speed_factor is applied — each
-// device's peak_flops, memory bandwidth and op tables are scaled to the device as it runs (ϑ_d =
-// peak_flops × speed_factor) and its speed_factor set to 1; cost models and planners then read
-// peak_flops as ϑ_d. The medium is the slowest listed link (lowest bandwidth, its latency).
-//
+// EdgeProblem bundles what a planner needs: the chain, the devices and the medium. Speed factors
+// follow the core rule (core/cost_model.h): a DeviceProfile's peak_flops, bandwidth and op tables
+// describe the device itself and are used as they are (ϑ_d = peak_flops), while
+// DeviceProfile::speed_factor only tells the emulator how much to stretch this host's time; host
+// measurements carried to a device (a profiled table measured here) go through core
+// on_device_s(), the one place the factor applies. The medium is the slowest listed link (lowest
+// bandwidth, its latency).
 //   cnn::edge::AnalyticCostModel cost;
 //   auto problem = cnn::edge::make_problem(chain, cluster, cost);
 //   double t = cost.compute_s(chain.tile_work(0, 3, rows), problem.devices[0]);
@@ -43,7 +44,7 @@ class TANDEM_API EdgeCostModel {
  public:
   virtual ~EdgeCostModel() = default;
   virtual std::string name() const = 0;
-  // Seconds `device` (speed factor already applied, see make_problem) computes `work`.
+  // Seconds `device` computes `work`.
   virtual double compute_s(const TileWork& work, const DeviceProfile& device) const = 0;
   // Seconds to move `bytes` over `link`: latency_s + bytes / bandwidth_bytes_per_s.
   virtual double transfer_s(double bytes, const LinkProfile& link) const;
@@ -83,7 +84,7 @@ class TANDEM_API PerOpCostModel : public EdgeCostModel {
 
 struct TANDEM_API EdgeProblem {
   const Chain* chain = nullptr;
-  std::vector<DeviceProfile> devices;  // as they run: speed factor applied (see above)
+  std::vector<DeviceProfile> devices;  // the cluster's, in its order
   LinkProfile medium;                  // the shared medium
   const EdgeCostModel* cost = nullptr;
 

@@ -37,6 +37,7 @@
 
 #include "tandem/cnn/edge/cost.h"
 #include "tandem/export.h"
+#include "tandem/sched/plan.h"
 
 namespace tandem::cnn::edge {
 
@@ -104,6 +105,16 @@ TANDEM_API void evaluate(EdgePlan& plan, const EdgeProblem& problem, double lamb
 
 // Seconds of one stage alone (T(S), eq. 9) — what the planners minimise.
 TANDEM_API StageMetrics stage_cost(const Stage& stage, const EdgeProblem& problem);
+
+// The plan as the runtime's sched::PipelinePlan (system, cluster name, stages, predicted): a stage
+// of kind "cnn.tiles" per stage, configured {"kind": "cnn.tiles", "model": model, "pieces":
+// [first, last], "from": input tensor, "to": output tensor}; a device's share is {"rows": [h0,
+// h1], "cols": [w0, w1]}, {"tiles": [{"rows", "cols"}, ...]} when it holds several (EFL), or
+// {"features": [f0, f1]}; predicted: latency, period, frames/s, T(S) per stage, and in its extra
+// "pipelined" and the metrics of to_json. A plan that is not pipelined runs one frame at a time.
+TANDEM_API sched::PipelinePlan to_pipeline_plan(const EdgePlan& plan, const EdgeProblem& problem,
+                                                const std::string& model,
+                                                const std::string& cluster);
 
 // A markdown table: one row per stage (pieces, devices and their rows, time) and the totals.
 TANDEM_API std::string format_table(const EdgePlan& plan, const EdgeProblem& problem);
