@@ -2,7 +2,8 @@
 // The edge CNN planners in the planner registry (sched/planner.h). The request's model is an ONNX
 // file; options (all optional): lambda (frames/s), latency_cap_s (PICO's T_lim),
 // allow_idle_devices, efl_rows, efl_cols, efl_fused.
-#include "tandem/core/registry.h"
+#include <utility>
+
 #include "core/json_reader.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/cnn/onnx_import.h"
@@ -43,20 +44,20 @@ sched::Planner edge_planner(const std::string& system, const std::string& descri
           }};
 }
 
-Registration pico_reg(sched::planner_registry(), "pico",
-                      edge_planner("pico", "PICO: CNN pipeline of device groups (DP + greedy)"));
-Registration apico_reg(sched::planner_registry(), "apico",
-                       edge_planner("apico", "APICO: PICO or the fused plan by M/D/1 at lambda"));
-Registration lw_reg(sched::planner_registry(), "lw",
-                    edge_planner("lw", "LW: layer-wise rows on all devices (MoDNN)"));
-Registration efl_reg(sched::planner_registry(), "efl",
-                     edge_planner("efl", "EFL: DeepThings fused tiles + work stealing"));
-Registration ofl_reg(sched::planner_registry(), "ofl",
-                     edge_planner("ofl", "OFL: fused blocks on all devices (AOFL-style DP)"));
-Registration pipeedge_reg(sched::planner_registry(), "pipeedge",
-                          edge_planner("pipeedge", "PipeEdge: interval DP, one device a stage"));
-Registration single_reg(sched::planner_registry(), "single",
-                        edge_planner("single", "the whole CNN on its fastest device"));
+// One entry per system of system_names(), registered when the library loads.
+const bool kRegistered = [] {
+  const std::pair<const char*, const char*> systems[] = {
+      {"pico", "PICO: CNN pipeline of device groups (DP + greedy)"},
+      {"apico", "APICO: PICO or the fused plan by M/D/1 at lambda"},
+      {"lw", "LW: layer-wise rows on all devices (MoDNN)"},
+      {"efl", "EFL: DeepThings fused tiles + work stealing"},
+      {"ofl", "OFL: fused blocks on all devices (AOFL-style DP)"},
+      {"pipeedge", "PipeEdge: interval DP, one device a stage"},
+      {"single", "the whole CNN on its fastest device"}};
+  for (const auto& [name, description] : systems)
+    sched::planner_registry().add(name, edge_planner(name, description));
+  return true;
+}();
 
 }  // namespace
 }  // namespace tandem::cnn::edge
