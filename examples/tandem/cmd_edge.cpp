@@ -23,6 +23,7 @@ struct EdgePlanOptions {
   double lambda = 0;
   double latency_cap_s = 0;  // 0: none
   bool allow_idle = false;
+  bool refine = false;
   std::string output = "md";
 };
 
@@ -44,7 +45,8 @@ int run_edge_plan(const EdgePlanOptions& o) {
   const cnn::edge::Chain chain = cnn::edge::linearise(g);
   const cnn::edge::AnalyticCostModel cost;
   const cnn::edge::EdgeProblem pb = cnn::edge::make_problem(chain, cluster, cost);
-  cnn::edge::PlanOptions po{.lambda = o.lambda, .allow_idle_devices = o.allow_idle};
+  cnn::edge::PlanOptions po{
+      .lambda = o.lambda, .allow_idle_devices = o.allow_idle, .refine_mapping = o.refine};
   if (o.latency_cap_s > 0) po.latency_cap_s = o.latency_cap_s;
   if (o.system != "all") {
     const cnn::edge::EdgePlan plan = cnn::edge::plan_system(o.system, pb, po);
@@ -111,6 +113,9 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(number_in(0, 1e9));
   plan->add_flag("--allow-idle", o->allow_idle,
                  "PICO: let the DP leave devices idle (the paper uses all of them)");
+  plan->add_flag("--refine", o->refine,
+                 "PICO: local search over the device mapping after the paper's greedy step "
+                 "(not in the paper)");
   plan->add_option("-o,--output", o->output, "md or json")->check(CLI::IsMember({"md", "json"}));
   return Command{edge, [o] { return run_edge_plan(*o); }};
 });

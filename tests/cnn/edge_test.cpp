@@ -238,6 +238,11 @@ TEST(CnnEdge, EveryTileOfEveryPlanIsExact) {
         EXPECT_EQ(pp.stages[0].kind(), "cnn.tiles");
         EXPECT_DOUBLE_EQ(pp.predicted.period_s, plan.metrics.period_s);
       }
+      // PICO with the mapping refinement: exact, and never behind the paper's greedy mapping.
+      const EdgePlan refined = plan_pico(pb, {.allow_idle_devices = true, .refine_mapping = true});
+      expect_plan_exact(ref.tensors(), chain, refined, covered);
+      EXPECT_LE(refined.metrics.period_s,
+                plan_pico(pb, {.allow_idle_devices = true}).metrics.period_s * (1 + 1e-12));
       // DeepThings' own way: a fixed 3x3 grid over the first 5 pieces.
       const PlanOptions fixed{.efl_rows = 3, .efl_cols = 3, .efl_fused = 5};
       expect_plan_exact(ref.tensors(), chain, plan_efl(pb, fixed), covered);

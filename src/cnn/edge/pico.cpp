@@ -132,10 +132,20 @@ EdgePlan plan_pico(const EdgeProblem& pb, const PlanOptions& o) {
     members[static_cast<size_t>(pick)].push_back(d);
     --left[static_cast<size_t>(pick)];
   }
+  if (o.refine_mapping) {
+    std::vector<std::pair<int, int>> ranges;
+    for (const HomogeneousStage& s : h.stages) ranges.emplace_back(s.first, s.last);
+    members = detail::refine_mapping(pb, ranges, std::move(members), o.allow_idle_devices,
+                                     o.latency_cap_s);
+  }
   EdgePlan plan{.system = "pico", .pipelined = true};
   for (size_t s = 0; s < h.stages.size(); ++s) {
     const HomogeneousStage& hs = h.stages[s];
-    const std::vector<int>& m = members[s];
+    std::vector<int> m = members[s];
+    std::stable_sort(m.begin(), m.end(), [&](int a, int b) {
+      return pb.devices[static_cast<size_t>(a)].peak_flops >
+             pb.devices[static_cast<size_t>(b)].peak_flops;
+    });
     plan.stages.push_back(
         m.size() == 1 ? detail::whole_stage(pb, hs.first, hs.last, m[0])
                       : detail::row_stage(pb, hs.first, hs.last, m,
@@ -143,6 +153,7 @@ EdgePlan plan_pico(const EdgeProblem& pb, const PlanOptions& o) {
   }
   plan.notes = {{"homogeneous_period_s", h.period_s},
                 {"homogeneous_latency_s", h.latency_s},
+                {"refine_mapping", o.refine_mapping},
                 {"latency_cap_s", std::isfinite(o.latency_cap_s) ? nlohmann::json(o.latency_cap_s)
                                                                  : nlohmann::json(nullptr)}};
   return detail::finish(std::move(plan), pb, o.lambda, t0);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The edge CNN planners in the planner registry (sched/planner.h). The request's model is an ONNX
 // file; options (all optional): lambda (frames/s), latency_cap_s (PICO's T_lim),
-// allow_idle_devices, efl_rows, efl_cols, efl_fused.
+// allow_idle_devices, refine_mapping, efl_rows, efl_cols, efl_fused.
 #include <utility>
 
 #include "core/json_reader.h"
@@ -16,12 +16,13 @@ using detail::JsonField;
 
 PlanOptions read_options(const nlohmann::json& j) {
   const JsonField o(j, "planner options", "");
-  o.expect_object(
-      {"lambda", "latency_cap_s", "allow_idle_devices", "efl_rows", "efl_cols", "efl_fused"});
+  o.expect_object({"lambda", "latency_cap_s", "allow_idle_devices", "refine_mapping", "efl_rows",
+                   "efl_cols", "efl_fused"});
   PlanOptions opt;
   if (o.has("lambda")) opt.lambda = o.at("lambda").non_negative_number();
   if (o.has("latency_cap_s")) opt.latency_cap_s = o.at("latency_cap_s").positive_number();
   if (o.has("allow_idle_devices")) opt.allow_idle_devices = o.at("allow_idle_devices").boolean();
+  if (o.has("refine_mapping")) opt.refine_mapping = o.at("refine_mapping").boolean();
   auto grid = [&](const char* key, int& out) {
     if (!o.has(key)) return;
     const JsonField f = o.at(key);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/cnn/edge/plan.h"
@@ -40,6 +41,15 @@ double stage_s(const Stage& s, const EdgeProblem& pb);
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// PICO's optional refinement: first-improvement local search that moves one device to another
+// stage or swaps two (and, with allow_idle, idles or recalls one), each stage's rows re-split
+// (split_balanced), accepting a lower period (or the same period and a lower latency) within
+// `cap`. `groups[s]`: the device indices of stage s, whose pieces are ranges[s].
+std::vector<std::vector<int>> refine_mapping(const EdgeProblem& pb,
+                                             const std::vector<std::pair<int, int>>& ranges,
+                                             std::vector<std::vector<int>> groups, bool allow_idle,
+                                             double cap);
 
 // A planner's last step: records the planner time since t0, evaluates the plan at o.lambda.
 EdgePlan finish(EdgePlan plan, const EdgeProblem& pb, double lambda,

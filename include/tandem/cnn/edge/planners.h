@@ -15,6 +15,11 @@
 //      re-split among its real devices. Departure: the paper's divide-and-conquer (the spec: the
 //      AWP LP of §3.3) is replaced by an exact FLOPs balance: bisection on the stage's compute
 //      time T, each device in turn taking the most rows it computes within T (halo included).
+//   Optional (refine_mapping, off by default; a reconstruction of the journal version's "greedy
+//   refinements for heterogeneity", not the ICDCS algorithm): after step 3, a local search moves
+//   one device to another stage or swaps two (with allow_idle_devices also idles or recalls one),
+//   re-splitting rows, while the period (then the latency) drops within T_lim. Alg. 2 maps by
+//   FLOPs alone; the search sees the transfers too, which dominate at 50 Mbps.
 //   APICO (plan_apico): the pipeline plan or the one-stage fused plan (OFL), whichever has the
 //   lower M/D/1 mean latency at the given λ.
 // Baselines (§4):
@@ -56,6 +61,7 @@ struct PlanOptions {
   double latency_cap_s = std::numeric_limits<double>::infinity();  // T_lim (PICO), seconds
   double lambda = 0;                // frames/s: latency_at_lambda_s and APICO's choice
   bool allow_idle_devices = false;  // PICO: best over p <= |D| (the paper: p = |D|)
+  bool refine_mapping = false;      // PICO: local search after Alg. 2 (not in the paper)
   int efl_max_grid = 6;             // EFL: N, M <= this (DeepThings: 6)
   // EFL with a fixed configuration, as DeepThings is run (0: searched): the grid N x M and the
   // number of fused leading pieces L_f (clamped to the spatial ones).
