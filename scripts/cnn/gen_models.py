@@ -4,7 +4,9 @@
 
 Real architectures (layer shapes as published): resnet18, resnet34, resnet50, mobilenet_v2,
 vgg16, alexnet, inception_v3, yolov5s (v5-style: SiLU, C3 blocks, SPPF, upsample + concat, three
-detection heads) and yolov2_tiny (LeakyReLU, max-pool chain); plus tiny graphs that exercise
+detection heads), yolov2 (Darknet-19 + passthrough, 448x448 as in PICO's evaluation; the reorg is
+written as a fixed one-hot 2x2 stride-2 conv, which computes space-to-depth exactly) and yolov2_tiny
+(LeakyReLU, max-pool chain); plus tiny graphs that exercise
 every supported op (tiny_*). Weights are random (He-scaled normal), BatchNormalization layers keep
 their own statistics so the importer's folding is exercised.
 
@@ -360,6 +362,36 @@ def yolov2_tiny(seed=7):
     return n.model([n.conv(x, 125, 1, bias=True)])
 
 
+def yolov2(seed=8):
+    n = Net("yolov2", (1, 3, 448, 448), seed)
+    x = "input"
+    blocks = [[(32, 3)], [(64, 3)], [(128, 3), (64, 1), (128, 3)], [(256, 3), (128, 1), (256, 3)],
+              [(512, 3), (256, 1), (512, 3), (256, 1), (512, 3)],
+              [(1024, 3), (512, 1), (1024, 3), (512, 1), (1024, 3)]]
+    for i, block in enumerate(blocks):
+        for co, k in block:
+            x = n.cbr(x, co, k, act="leaky")
+        if i == 4:
+            fine = x  # 28x28x512: the passthrough's source
+        if i < 5:
+            x = n.pool(x, "MaxPool", 2, 2, 0)
+    x = n.cbr(n.cbr(x, 1024, 3, act="leaky"), 1024, 3, act="leaky")
+    p = n.cbr(fine, 64, 1, act="leaky")
+    # reorg (space-to-depth, stride 2) as a conv: output channel 4c + 2i + j copies input channel c
+    # at offset (i, j) of each 2x2 block
+    c = n.shapes[p][0]
+    w = np.zeros((4 * c, c, 2, 2), np.float32)
+    for ch in range(c):
+        for i in range(2):
+            for j in range(2):
+                w[4 * ch + 2 * i + j, ch, i, j] = 1.0
+    h = n.shapes[p][1] // 2
+    r = n.node("Conv", [p, n.init("reorg_w", w)], (4 * c, h, h), kernel_shape=[2, 2],
+               strides=[2, 2], pads=[0, 0, 0, 0])
+    x = n.cbr(n.concat([r, x]), 1024, 3, act="leaky")
+    return n.model([n.conv(x, 125, 1, bias=True)])
+
+
 # --- tiny graphs (committed with references) --------------------------------------------------
 def tiny_cnn(seed=11):
     """Every op the importer supports, on a 1x3x24x20 image."""
@@ -398,7 +430,8 @@ def tiny_resnet(seed=12):
 MODELS = {
     "resnet18": lambda: resnet(18), "resnet34": lambda: resnet(34), "resnet50": lambda: resnet(50),
     "mobilenet_v2": mobilenet_v2, "vgg16": vgg16, "alexnet": alexnet,
-    "inception_v3": inception_v3, "yolov5s": yolov5s, "yolov2_tiny": yolov2_tiny,
+    "inception_v3": inception_v3, "yolov5s": yolov5s, "yolov2": yolov2,
+    "yolov2_tiny": yolov2_tiny,
     "tiny_cnn": tiny_cnn, "tiny_resnet": tiny_resnet,
 }
 GROUPS = {
