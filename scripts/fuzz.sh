@@ -24,6 +24,8 @@ for target in $targets; do
   corpus=$build/corpus-$target
   mkdir -p "$corpus"
   echo "== fuzzing $target for $seconds s"
-  ASAN_OPTIONS=allocator_may_return_null=1 "$build/bin/${target}_fuzz" "$corpus" \
+  # halt_on_error: UBSan's checks recover by default, so a report would otherwise scroll past.
+  ASAN_OPTIONS=allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    "$build/bin/${target}_fuzz" "$corpus" \
     "tests/fuzz/corpus/${seeds[$target]}" -max_total_time="$seconds" -print_final_stats=1
 done

@@ -4,9 +4,9 @@
 // and, written to a scratch file, through load_model_config (which accepts either). Any input must
 // be read or raise a tandem::Error; anything else escaping (another exception type, a crash, a
 // sanitizer report) is a bug. An accepted config must write back (to_json) and read again to the
-// same JSON, and what `tandem rec-serve` computes from it (table_bytes, fit_tables, item_dim) must
-// not overflow. Replayed by ctest over tests/fuzz/corpus/recsys_config; a libFuzzer binary with
-// -DTANDEM_FUZZ=ON (scripts/fuzz.sh).
+// same JSON, and what `tandem rec-serve` computes from it (table_bytes, fit_tables, scale_rows,
+// item_dim) must not overflow. Replayed by ctest over tests/fuzz/corpus/recsys_config; a libFuzzer
+// binary with -DTANDEM_FUZZ=ON (scripts/fuzz.sh).
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -33,6 +33,9 @@ void check(const rec::ModelConfig& cfg) {
   rec::ModelConfig fitted = cfg;
   const double f = fitted.fit_tables(int64_t{64} << 20);
   must(f > 0 && f <= 1, "fit_tables factor outside (0, 1]");
+  rec::ModelConfig grown = cfg;  // `rec-serve --rows-scale`: refused when the rows would not fit
+  if (accepted([&] { return (grown.scale_rows(1e6), true); }))
+    must(grown.table_bytes() > 0, "scaled table_bytes not positive");
   for (const auto* ts : {&fitted.tables, &fitted.item_tables})
     for (const auto& t : *ts) must(t.rows >= 1, "fit_tables left a table without rows");
 }
