@@ -3,8 +3,9 @@
 //  - accepted(read): the reader's result, or nullopt when it refused the input with a
 //    tandem::Error. Any other exception escapes, so libFuzzer and the replay test report it.
 //  - fuzz_file(name, bytes): writes bytes to `name` in a scratch folder private to this process
-//    (made with mkdtemp under the temp directory, removed at exit) and returns its path, for
-//    readers that only take a path.
+//    (made with mkdtemp under $TMPDIR, else /dev/shm, else the temp directory; removed at exit)
+//    and returns its path, for readers that only take a path. /dev/shm first: on ext4, rewriting
+//    a truncated file waits for the disk (fuzzing ran ~150 inputs a second instead of thousands).
 //  - must(cond, what): aborts with a message when a property of an accepted input does not hold.
 #pragma once
 
@@ -41,7 +42,11 @@ inline void must(bool cond, const char* what) {
 class ScratchDir {
  public:
   ScratchDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "tandem-fuzz-XXXXXX").string();
+    std::error_code ec;
+    const bool shm =
+        std::getenv("TMPDIR") == nullptr && std::filesystem::is_directory("/dev/shm", ec);
+    const std::filesystem::path root = shm ? "/dev/shm" : std::filesystem::temp_directory_path();
+    std::string templ = (root / "tandem-fuzz-XXXXXX").string();
     if (::mkdtemp(templ.data()) == nullptr) {
       std::perror("fuzz: mkdtemp");
       std::abort();
