@@ -82,53 +82,53 @@ static void tap_range(int64_t base, int d, int k, int64_t lo, int64_t hi, int* k
 // (ranges per row and column): per lane the same operations in the same order as the scalar loop
 // below (_mm512_max_ps(s, acc) is std::max(acc, s), NaN and signed zeros
 // included; the average adds the taps in order from 0 and divides by the same count), so the
-// results are the same bits. pool_b16_row computes output row p (plane-major); pool_b16 runs the
-// rows.
+// results are the same bits. This is output row oy of one plane (xp: the plane's input, H x W x
+// 16; yr: the row's output), a function of its own because a parallel loop's body (an OpenMP
+// outlined function or a lambda) does not inherit the caller's target attribute.
 static __attribute__((target("avx512f"))) void pool_b16_row(const Window& w, bool is_max,
-                                                            const float* x, const BDims& xd,
-                                                            float* y, const BDims& yd, int64_t p) {
-  const int64_t H = xd.h, W = xd.w;
-  {  // one output row
-    const int64_t oy = p % yd.h, plane = p / yd.h;
-    const float* xp = x + plane * H * W * 16;
-    float* yr = y + (plane * yd.h + oy) * yd.w * 16;
-    // Real rows, and rows inside the declared padding (count_include_pad's divisor).
-    const int64_t by = oy * w.sh - w.pt;
-    int ky0, ky1, py0, py1;
-    tap_range(by, w.dh, w.kh, 0, H, &ky0, &ky1);
-    tap_range(by, w.dh, w.kh, -w.pt, H + w.pb, &py0, &py1);
-    for (int64_t ox = 0; ox < yd.w; ++ox) {
-      const int64_t bx = ox * w.sw - w.pl;
-      int kx0, kx1;
-      tap_range(bx, w.dw, w.kw, 0, W, &kx0, &kx1);
-      __m512 acc =
-          is_max ? _mm512_set1_ps(-std::numeric_limits<float>::infinity()) : _mm512_setzero_ps();
-      for (int ky = ky0; ky < ky1; ++ky) {
-        const float* row = xp + (by + static_cast<int64_t>(ky) * w.dh) * W * 16;
-        for (int kx = kx0; kx < kx1; ++kx) {
-          const __m512 v = _mm512_loadu_ps(row + (bx + static_cast<int64_t>(kx) * w.dw) * 16);
-          acc = is_max ? _mm512_max_ps(v, acc) : _mm512_add_ps(acc, v);
-        }
+                                                            const float* xp, int64_t H, int64_t W,
+                                                            float* yr, const BDims& yd,
+                                                            int64_t oy) {
+  // Real rows, and rows inside the declared padding (count_include_pad's divisor).
+  const int64_t by = oy * w.sh - w.pt;
+  int ky0, ky1, py0, py1;
+  tap_range(by, w.dh, w.kh, 0, H, &ky0, &ky1);
+  tap_range(by, w.dh, w.kh, -w.pt, H + w.pb, &py0, &py1);
+  for (int64_t ox = 0; ox < yd.w; ++ox) {
+    const int64_t bx = ox * w.sw - w.pl;
+    int kx0, kx1;
+    tap_range(bx, w.dw, w.kw, 0, W, &kx0, &kx1);
+    __m512 acc =
+        is_max ? _mm512_set1_ps(-std::numeric_limits<float>::infinity()) : _mm512_setzero_ps();
+    for (int ky = ky0; ky < ky1; ++ky) {
+      const float* row = xp + (by + static_cast<int64_t>(ky) * w.dh) * W * 16;
+      for (int kx = kx0; kx < kx1; ++kx) {
+        const __m512 v = _mm512_loadu_ps(row + (bx + static_cast<int64_t>(kx) * w.dw) * 16);
+        acc = is_max ? _mm512_max_ps(v, acc) : _mm512_add_ps(acc, v);
       }
-      if (!is_max) {
-        int32_t cnt = (ky1 - ky0) * (kx1 - kx0);
-        if (w.count_include_pad) {
-          int px0, px1;
-          tap_range(bx, w.dw, w.kw, -w.pl, W + w.pr, &px0, &px1);
-          cnt = (py1 - py0) * (px1 - px0);
-        }
-        acc = cnt > 0 ? _mm512_div_ps(acc, _mm512_set1_ps(static_cast<float>(cnt)))
-                      : _mm512_setzero_ps();
-      }
-      _mm512_storeu_ps(yr + ox * 16, acc);
     }
+    if (!is_max) {
+      int32_t cnt = (ky1 - ky0) * (kx1 - kx0);
+      if (w.count_include_pad) {
+        int px0, px1;
+        tap_range(bx, w.dw, w.kw, -w.pl, W + w.pr, &px0, &px1);
+        cnt = (py1 - py0) * (px1 - px0);
+      }
+      acc = cnt > 0 ? _mm512_div_ps(acc, _mm512_set1_ps(static_cast<float>(cnt)))
+                    : _mm512_setzero_ps();
+    }
+    _mm512_storeu_ps(yr + ox * 16, acc);
   }
 }
 
 static void pool_b16(const Window& w, bool is_max, const float* x, const BDims& xd, float* y,
                      const BDims& yd, int threads) {
-  cpu::parallel_for_static(xd.n * xd.blocks() * yd.h, team(threads, yd.elems()),
-                           [&](int64_t p, int) { pool_b16_row(w, is_max, x, xd, y, yd, p); });
+  const int64_t H = xd.h, W = xd.w, nb = xd.blocks();
+  cpu::parallel_for_static(xd.n * nb * yd.h, team(threads, yd.elems()), [&](int64_t p, int) {
+    const int64_t oy = p % yd.h, plane = p / yd.h;
+    pool_b16_row(w, is_max, x + plane * H * W * 16, H, W, y + (plane * yd.h + oy) * yd.w * 16, yd,
+                 oy);
+  });
 }
 
 #endif

@@ -90,7 +90,9 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
     for (int b = prefill_end; b < o.ctx; b += o.kv_step) {
       steps.emplace_back(b, std::min(o.kv_step, o.ctx - b));
     }
-    for (const auto& [b, len] : steps) {
+    for (const auto& step : steps) {
+      // Not a structured binding: clang 14 cannot use one inside the OpenMP loop below.
+      const int b = step.first, len = step.second;
       const bool last_prefill = policy != nullptr && b + len == prefill_end;
       const auto tok = std::span<const int32_t>(window).subspan(b, len);
       const auto pos = std::span<const int32_t>(positions).subspan(b, len);

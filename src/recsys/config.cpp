@@ -35,15 +35,42 @@ int64_t ModelConfig::item_dim() const {
   return d;
 }
 
+namespace {
+
+constexpr int64_t kMaxRows = int64_t{1} << 40;
+// All tables of a model together, in their widest row layout (f32, or i8's dim + 8): far above any
+// real model (RM1 is 4 GiB) and far from int64 overflow in table_bytes().
+constexpr int64_t kMaxTableBytes = int64_t{1} << 50;
+
+// The bytes of `tables` with `rows(t)` rows each in the widest layout, stopping once past
+// kMaxTableBytes (each term is at most 2^40 rows x 2^18 bytes, so the sum never overflows).
+template <class Rows>
+int64_t widest_table_bytes(const std::vector<TableConfig>& tables, Rows rows) {
+  int64_t b = 0;
+  for (const auto& t : tables) {
+    if (b > kMaxTableBytes) break;
+    b += rows(t) * std::max(4 * t.dim, t.dim + 8);
+  }
+  return b;
+}
+
+}  // namespace
+
 void ModelConfig::scale_rows(double factor) {
   if (!(factor > 0) || !std::isfinite(factor))
     throw InvalidArgument(cat("scale_rows(", factor, "): need a positive factor"));
-  auto scale = [&](std::vector<TableConfig>& ts) {
-    for (auto& t : ts)
-      t.rows = std::max<int64_t>(1, static_cast<int64_t>(std::llround(t.rows * factor)));
+  auto scaled = [&](const TableConfig& t) {
+    const double r = std::round(static_cast<double>(t.rows) * factor);
+    if (r > static_cast<double>(kMaxRows))
+      throw InvalidArgument(cat("scale_rows(", factor, "): table ", t.name, " would have ", r,
+                                " rows (at most 2^40)"));
+    return std::max<int64_t>(1, static_cast<int64_t>(r));
   };
-  scale(tables);
-  scale(item_tables);
+  if (widest_table_bytes(tables, scaled) + widest_table_bytes(item_tables, scaled) > kMaxTableBytes)
+    throw InvalidArgument(
+        cat("scale_rows(", factor, "): the tables would exceed 2^50 bytes (1 PiB)"));
+  for (auto* ts : {&tables, &item_tables})
+    for (auto& t : *ts) t.rows = scaled(t);
 }
 
 int64_t ModelConfig::table_bytes() const {
@@ -105,7 +132,6 @@ int64_t bounded(const JsonField& f, int64_t max) {
 }
 
 constexpr int64_t kMaxWidth = int64_t{1} << 20;
-constexpr int64_t kMaxRows = int64_t{1} << 40;
 
 std::vector<int64_t> widths(const JsonField& f) {
   std::vector<int64_t> out;
@@ -223,6 +249,9 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
     for (auto& t : c.item_tables) t.pooling = 1;
     c.seq_len = bounded(f.at("seq_len"), 65536);
   }
+  auto rows = [](const TableConfig& t) { return t.rows; };
+  if (widest_table_bytes(c.tables, rows) + widest_table_bytes(c.item_tables, rows) > kMaxTableBytes)
+    f.at("tables").fail("the tables hold more than 2^50 bytes (1 PiB) of rows");
   if (c.kind == ModelKind::kDin) c.attention_mlp = widths(f.at("attention_mlp"));
   if (c.kind == ModelKind::kBst) {
     c.heads = bounded(f.at("heads"), 1024);

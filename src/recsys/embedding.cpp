@@ -12,6 +12,7 @@
 #include <fstream>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -122,9 +123,13 @@ __attribute__((target("avx2,fma"))) void acc_i8_avx2(const uint8_t* q, float sca
   }
   for (; d < dim; ++d) acc[d] += q[d] * scale + bias;
 }
+bool have_f16c() {  // CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports lacks "f16c")
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
 bool have_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
   return ok;
 }
 #endif

@@ -349,6 +349,16 @@ TEST(QokvCalibrationFile, BadFilesGiveClearErrors) {
                    many + R"(],"k_scale":[[1,1]],"v_scale":[[1,1]]}]})",
                "1 to 1024 fractions, got 10000 entries");
   expect_error(R"({"format":"tandem-qokv-calibration","version":1e999})", "number out of range");
+  // Found by the kv_calibration fuzz target: 1e300 became an inf f32 scale (and the saved file
+  // then failed to load), 1e-50 a zero one; version 2^32 + 1 was read as 1.
+  for (const char* scale : {"1e300", "1e-50"}) {
+    expect_error(R"({"format":"tandem-qokv-calibration","version":1,"n_layers":1,"n_kv_heads":1,)"
+                 R"("head_dim":2,"layers":[{"group_fractions":[1],"k_scale":[[1,1]],)"
+                 R"("v_scale":[[1,)" +
+                     std::string(scale) + "]]}]}",
+                 "v_scale[0]");
+  }
+  expect_error(R"({"format":"tandem-qokv-calibration","version":4294967297})", "'version'");
   try {
     load_qokv_calibration(std::filesystem::temp_directory_path().string());
     ADD_FAILURE() << "a directory was read as a calibration file";

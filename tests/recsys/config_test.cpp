@@ -61,6 +61,25 @@ TEST(RecConfig, ScaleRowsKeepsAtLeastOneRow) {
   c.scale_rows(1e-9);
   EXPECT_EQ(c.tables[0].rows, 1);
   EXPECT_THROW(c.scale_rows(0), InvalidArgument);
+  // Past 2^40 rows a table, or 2^50 bytes all tables: refused, the config unchanged.
+  EXPECT_THROW(c.scale_rows(1e13), InvalidArgument);
+  EXPECT_EQ(c.tables[0].rows, 1);
+  c.tables[0].rows = int64_t{1} << 40;
+  EXPECT_THROW(c.scale_rows(1.5), InvalidArgument);  // rows
+  c.tables[0].dim = 65536;
+  EXPECT_THROW(c.scale_rows(1), InvalidArgument);  // bytes
+  EXPECT_EQ(c.tables[0].rows, int64_t{1} << 40);
+}
+
+// Found by the recsys_config fuzz target: 4096 tables of 2^40 rows x 65536 overflowed
+// table_bytes() (int64) for rec-serve.
+TEST(RecConfig, RejectsTablesPastOnePebibyte) {
+  auto j = base_dlrm();
+  j["interaction"] = "cat";
+  j["tables"] = {{{"rows", int64_t{1} << 40}, {"dim", 65536}, {"count", 4096}}};
+  EXPECT_NE(error_of(j).find("models.m.tables: the tables hold more than 2^50 bytes"),
+            std::string::npos)
+      << error_of(j);
 }
 
 TEST(RecConfig, FitTablesScalesDownToTheBudget) {

@@ -3,6 +3,7 @@
 // field. See kv_quant.h.
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -41,10 +42,12 @@ std::vector<float> scale_vector(const nlohmann::json& v, int d, const std::strin
   }
   std::vector<float> out;
   for (const auto& e : v) {
-    if (!e.is_number() || !std::isfinite(e.get<double>()) || e.get<double>() <= 0) {
-      fail(where, cat("'", path, "' holds ", e.dump(), " (scales are finite and > 0)"));
+    // Stored as f32: a double past FLT_MAX would become inf, one below the smallest f32 zero.
+    const double x = e.is_number() ? e.get<double>() : 0.0;
+    if (!(x > 0 && x <= std::numeric_limits<float>::max()) || !(static_cast<float>(x) > 0)) {
+      fail(where, cat("'", path, "' holds ", e.dump(), " (scales are f32 numbers > 0)"));
     }
-    out.push_back(e.get<float>());
+    out.push_back(static_cast<float>(x));
   }
   return out;
 }
@@ -83,7 +86,7 @@ QokvCalibration parse_qokv_calibration(const std::string& text, const std::strin
     fail(where, cat("'format' is ", fmt.dump(), ", expected \"", kFormat, "\""));
   }
   const auto& ver = field(j, "version", where, "");
-  if (!ver.is_number_integer() || ver.get<int>() != 1) {
+  if (!ver.is_number_integer() || ver.get<int64_t>() != 1) {  // int64: 2^32 + 1 is not 1
     fail(where, cat("'version' ", ver.dump(), " is not supported (1)"));
   }
   QokvCalibration c;
