@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target for pipeline plan JSON (what `tandem pipeline run` and the workers read): the bytes
-// go through tandem::parse_json, then sched::PipelinePlan::from_json and, in the marked block
-// below, llm::hpipe::PipelinePlan::from_json. Any input must parse or raise a tandem::Error;
-// anything else escaping (another exception type, a crash, a sanitizer report) is a bug. What a
-// reader accepted must write back (to_json) and read again to the same JSON, and an accepted HPipe
-// plan must also be a valid runtime plan. Replayed by ctest over tests/fuzz/corpus/pipeline_plan; a
-// libFuzzer binary with -DTANDEM_FUZZ=ON (scripts/fuzz.sh).
+// go through tandem::parse_json, then sched::PipelinePlan::from_json (tandem's one plan type) and
+// HPipe's reading of its llm.layers stages (hpipe::layer_stages, layer_plan_for_run). Any input
+// must parse or raise a tandem::Error; anything else escaping (another exception type, a crash, a
+// sanitizer report) is a bug. What the reader accepted must write back (to_json) and read again to
+// the same JSON, and an accepted HPipe plan's single-device reference must be one stage. Replayed
+// by ctest over tests/fuzz/corpus/pipeline_plan; a libFuzzer binary with -DTANDEM_FUZZ=ON
+// (scripts/fuzz.sh).
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -50,22 +51,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     must(back.to_json() == out, "sched plan round trip changed the plan");
   }
 
-  // ---- HPipe plans (llm/hpipe.h). Drop this block if hpipe::PipelinePlan is merged into
-  // ---- sched::PipelinePlan.
-  {
+  // HPipe's reading of a plan's llm.layers stages (llm/hpipe.h), and the plans it derives.
+  if (plan) {
     namespace hpipe = tandem::llm::hpipe;
-    const auto hp = accepted([&] { return hpipe::PipelinePlan::from_json(*j, "fuzz-plan.json"); });
-    if (hp) {
-      const nlohmann::json out = hp->to_json();
-      const auto back = hpipe::PipelinePlan::from_json(out, "fuzz-plan.json (round trip)");
-      must(back.to_json() == out, "hpipe plan round trip changed the plan");
-      // An HPipe plan is a runtime plan, and its single-device reference is one too.
-      (void)sched::PipelinePlan::from_json(out, "fuzz-plan.json (as a runtime plan)");
-      (void)hpipe::single_device_plan(*hp);
+    if (const auto layers =
+            accepted([&] { return hpipe::layer_stages(*plan, "fuzz-plan.json"); })) {
+      const sched::PipelinePlan one = hpipe::single_device_plan(*plan);
+      must(hpipe::layer_stages(one, "reference").stages.size() == 1,
+           "the single-device reference is not one stage");
     }
-    if (plan && !names_an_existing_file(*plan))
+    if (!names_an_existing_file(*plan))
       (void)accepted([&] { return hpipe::layer_plan_for_run(*plan, "fuzz-plan.json"); });
   }
-  // ---- end of the HPipe block
   return 0;
 }
