@@ -225,6 +225,7 @@ RunReport Pipeline::run(
       bool is_link = false;
       std::string name, device;
       std::vector<Member> members;
+      nlohmann::json config;  // the stage's (members add their share)
       std::vector<nlohmann::json> shares;
       GroupOps ops;
       std::unique_ptr<std::mutex> medium_mutex;
@@ -259,6 +260,7 @@ RunReport Pipeline::run(
       Node sn;
       sn.name = "stage " + std::to_string(i);
       sn.device = dev;
+      sn.config = ps.stage;
       if (ps.is_group()) {
         sn.ops = group_ops_registry().get(ps.kind());
         sn.medium_mutex = std::make_unique<std::mutex>();
@@ -352,7 +354,7 @@ RunReport Pipeline::run(
     // A group: split, each member on its own thread (its tile over the group's shared medium
     // from the master and back), stitch. `culprit` names the member whose worker was lost.
     auto run_group = [&](Node& n, const Packet& in, double* compute_s, std::string* culprit) {
-      std::vector<Packet> parts = n.ops.split(in, n.shares);
+      std::vector<Packet> parts = n.ops.split(in, n.config, n.shares);
       if (parts.size() != n.members.size())
         throw InvalidArgument(cat(n.name, ": split gave ", parts.size(), " parts for ",
                                   n.members.size(), " devices"));
@@ -381,7 +383,7 @@ RunReport Pipeline::run(
           std::rethrow_exception(errors[k]);
         }
       *compute_s = *std::max_element(comp.begin(), comp.end());
-      return n.ops.stitch(std::move(parts), n.shares);
+      return n.ops.stitch(std::move(parts), n.config, n.shares);
     };
 
     std::vector<std::thread> threads;

@@ -13,7 +13,9 @@
 #include "region_check.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/cnn/executor.h"
+#include "tandem/cnn/onnx_import.h"
 #include "tandem/core/error.h"
+#include "tandem/sched/pipeline.h"
 
 namespace tandem::cnn::edge {
 namespace {

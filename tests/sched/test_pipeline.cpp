@@ -142,28 +142,29 @@ const StageKindRegistration kRowsKind("test.rows", [](const nlohmann::json& c) {
 });
 const Registration kRowsGroup(
     group_ops_registry(), "test.rows",
-    GroupOps{[](const Packet& in, const std::vector<nlohmann::json>& shares) {
-               std::vector<Packet> parts;
-               for (const auto& s : shares) {
-                 Packet p = in;
-                 p.tensors = {in.tensors.at(0).slice(0, s.at("rows")[0].get<int64_t>(),
-                                                     s.at("rows")[1].get<int64_t>())};
-                 parts.push_back(std::move(p));
-               }
-               return parts;
-             },
-             [](std::vector<Packet> parts, const std::vector<nlohmann::json>&) {
-               std::vector<float> all;
-               int64_t rows = 0, d = parts.at(0).tensors.at(0).shape()[1];
-               for (const auto& p : parts) {
-                 const auto v = values_of(p.tensors.at(0));
-                 all.insert(all.end(), v.begin(), v.end());
-                 rows += p.tensors[0].shape()[0];
-               }
-               Packet out = std::move(parts[0]);
-               out.tensors = {Tensor::from_vector(all, {rows, d}, DType::kF32)};
-               return out;
-             }});
+    GroupOps{
+        [](const Packet& in, const nlohmann::json&, const std::vector<nlohmann::json>& shares) {
+          std::vector<Packet> parts;
+          for (const auto& s : shares) {
+            Packet p = in;
+            p.tensors = {in.tensors.at(0).slice(0, s.at("rows")[0].get<int64_t>(),
+                                                s.at("rows")[1].get<int64_t>())};
+            parts.push_back(std::move(p));
+          }
+          return parts;
+        },
+        [](std::vector<Packet> parts, const nlohmann::json&, const std::vector<nlohmann::json>&) {
+          std::vector<float> all;
+          int64_t rows = 0, d = parts.at(0).tensors.at(0).shape()[1];
+          for (const auto& p : parts) {
+            const auto v = values_of(p.tensors.at(0));
+            all.insert(all.end(), v.begin(), v.end());
+            rows += p.tensors[0].shape()[0];
+          }
+          Packet out = std::move(parts[0]);
+          out.tensors = {Tensor::from_vector(all, {rows, d}, DType::kF32)};
+          return out;
+        }});
 
 // The group plan (a one-device stage, a 3-device group over rows [0,3) [3,4) [4,8), one more
 // stage) against its one-device twin, run with local stages called directly or over inproc://.

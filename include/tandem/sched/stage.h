@@ -63,11 +63,14 @@ TANDEM_API std::vector<std::string> stage_kinds();  // sorted
 // A stage kind whose stages may run on a group of devices (plan.h) also registers how a packet is
 // split into the members' parts and their outputs stitched back, by the kind's name. Member k's
 // stage is built from the stage config plus {"share": shares[k]} and runs on its own device;
-// split and stitch run where the runtime runs the stage (its coordinator: PICO's master).
+// split and stitch run where the runtime runs the stage (its coordinator: PICO's master) and see
+// the stage config (without a share) and every member's share.
 struct GroupOps {
-  std::function<std::vector<Packet>(const Packet& in, const std::vector<nlohmann::json>& shares)>
+  std::function<std::vector<Packet>(const Packet& in, const nlohmann::json& config,
+                                    const std::vector<nlohmann::json>& shares)>
       split;
-  std::function<Packet(std::vector<Packet> parts, const std::vector<nlohmann::json>& shares)>
+  std::function<Packet(std::vector<Packet> parts, const nlohmann::json& config,
+                       const std::vector<nlohmann::json>& shares)>
       stitch;
 };
 TANDEM_API Registry<GroupOps>& group_ops_registry();
