@@ -2,16 +2,23 @@
 // `tandem edge plan`: plans an ONNX CNN on an edge cluster with PICO or one of its baselines (LW,
 // EFL, OFL, PipeEdge, single device; spec cnn.md §3.1, §4) and prints the plan (stages, devices,
 // rows, predicted period/latency, redundancy, utilisation) as a table or JSON. `--system all`
-// prints every system side by side. Planning only: `edge run` / `edge compare` come with the
-// cnn.tiles stage kind.
+// prints every system side by side. `tandem edge run` plans, then runs a stream of frames through
+// the plan on the pipeline runtime (cnn.tiles stages; emulated devices and links in process, or
+// `tandem worker`s) and prints the measured period and latency beside the prediction, the stage
+// timelines and, with --verify, the comparison with the single-device run.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <memory>
 
 #include "commands.h"
 #include "tandem/cnn/edge/planners.h"
+#include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
 #include "tandem/core/cluster.h"
 #include "tandem/core/error.h"
+#include "tandem/sched/pipeline.h"
 
 namespace tandem::cli {
 namespace {
@@ -25,6 +32,12 @@ struct EdgePlanOptions {
   bool allow_idle = false;
   bool refine = false;
   std::string output = "md";
+  // edge run
+  int frames = 8;
+  std::vector<std::string> workers;  // device=endpoint
+  std::string key;
+  bool verify = false;
+  std::string json_path;
 };
 
 std::string row(const cnn::edge::EdgePlan& p, double single_period) {
@@ -87,6 +100,127 @@ int run_edge_plan(const EdgePlanOptions& o) {
   return 0;
 }
 
+cnn::edge::PlanOptions plan_options(const EdgePlanOptions& o) {
+  cnn::edge::PlanOptions po{
+      .lambda = o.lambda, .allow_idle_devices = o.allow_idle, .refine_mapping = o.refine};
+  if (o.latency_cap_s > 0) po.latency_cap_s = o.latency_cap_s;
+  return po;
+}
+
+std::vector<sched::Request> frames(const Tensor& image, int n) {
+  std::vector<sched::Request> reqs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    reqs[i].id = static_cast<uint64_t>(i);
+    reqs[i].micros.push_back(sched::Packet{});
+    reqs[i].micros[0].tensors = {image};
+  }
+  return reqs;
+}
+
+// Max |a - b| / max |b|, and whether the bits are equal.
+std::pair<double, bool> compare(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  const float* p = x.data<float>();
+  const float* q = y.data<float>();
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(p[i] - q[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(q[i])));
+  }
+  const bool same = std::memcmp(p, q, static_cast<size_t>(y.nbytes())) == 0;
+  return {scale > 0 ? diff / scale : diff, same};
+}
+
+int run_edge_run(const EdgePlanOptions& o) {
+  if (o.system == "all") throw InvalidArgument("edge run: give one --system");
+  const ClusterSpec cluster = ClusterSpec::from_json_file(o.cluster);
+  const cnn::Graph g = cnn::import_onnx(o.model);
+  const cnn::edge::Chain chain = cnn::edge::linearise(g);
+  const cnn::edge::AnalyticCostModel cost;
+  const cnn::edge::EdgeProblem pb = cnn::edge::make_problem(chain, cluster, cost);
+  const cnn::edge::EdgePlan plan = cnn::edge::plan_system(o.system, pb, plan_options(o));
+  const sched::PipelinePlan runtime_plan =
+      cnn::edge::to_pipeline_plan(plan, pb, o.model, o.cluster);
+  std::map<std::string, std::string> workers;
+  for (const auto& w : o.workers) {
+    const auto eq = w.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InvalidArgument("edge run: --workers expects DEVICE=ENDPOINT, got '" + w + "'");
+    workers[w.substr(0, eq)] = w.substr(eq + 1);
+  }
+  sched::PipelineOptions po;
+  if (!o.key.empty()) po.key = sched::ClusterKey::load(o.key);
+  const Tensor image = Tensor::from_vector(
+      std::vector<float>(static_cast<size_t>(g.tensor(g.inputs()[0]).shape.numel()), 0.5f),
+      g.tensor(g.inputs()[0]).shape, DType::kF32);
+  std::fprintf(stderr, "edge run: %s plan of %zu stages, %d frames...\n", o.system.c_str(),
+               runtime_plan.stages.size(), o.frames);
+  sched::Pipeline pipe(runtime_plan, cluster, workers, po);
+  const sched::RunReport r = pipe.run(frames(image, o.frames));
+  // Latency: a frame's time from the run's start to its delivery is not kept per frame by the
+  // runtime; the first frame's pipeline fill is the makespan of a one-frame run.
+  const double period = r.makespan_s / o.frames;
+  nlohmann::json j = r.to_json();
+  j["system"] = o.system;
+  j["frames"] = o.frames;
+  j["measured"] = {{"period_s", period}, {"makespan_s", r.makespan_s}};
+  j["predicted"] = runtime_plan.predicted.to_json();
+  const double pred = plan.metrics.period_s;
+  std::printf("%s on %s, %s: %d frames in %.3f s\n", o.model.c_str(), o.cluster.c_str(),
+              o.system.c_str(), o.frames, r.makespan_s);
+  std::printf("| timeline | device | packets | busy s | utilisation |\n|---|---|---|---|---|\n");
+  for (const auto& t : j["timelines"])
+    std::printf("| %s | %s | %d | %.4f | %.1f%% |\n", t["name"].get<std::string>().c_str(),
+                t["device"].get<std::string>().c_str(), t["packets"].get<int>(),
+                t["busy_s"].get<double>(), 100 * t["utilisation"].get<double>());
+  std::printf("measured period %.4f s (makespan / frames), predicted %.4f s: error %+.1f%%\n",
+              period, pred, pred > 0 ? 100 * (period - pred) / pred : 0.0);
+  if (o.verify) {
+    const Tensor want = cnn::Executor(g, {.winograd = false}).run({image}).at(0);
+    int exact = 0;
+    double worst = 0;
+    for (const auto& [id, out] : r.outputs) {
+      const auto [err, same] = compare(out.at(0).tensors.at(0), want);
+      exact += same;
+      worst = std::max(worst, err);
+    }
+    j["verify"] = {{"bit_exact", exact}, {"outputs", r.outputs.size()}, {"max_rel_error", worst}};
+    std::printf("verify: %d of %zu outputs bit-exact with the single-device run, max error %.2g\n",
+                exact, r.outputs.size(), worst);
+  }
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    out << j.dump(2) << "\n";
+    if (!out) throw IoError("edge run: cannot write '" + o.json_path + "'");
+  }
+  return 0;
+}
+
+void add_plan_options(CLI::App* sub, EdgePlanOptions& o) {
+  sub->add_option("--cluster", o.cluster, "ClusterSpec JSON (e.g. configs/clusters/pico-8.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("-m,--model", o.model, "ONNX CNN with one input and one output")
+      ->required()
+      ->check(CLI::ExistingFile);
+  std::vector<std::string> systems = cnn::edge::system_names();
+  systems.push_back("all");
+  sub->add_option("--system", o.system,
+                  "pico, apico (pipeline or fused by M/D/1 latency at --lambda), lw, efl, ofl, "
+                  "pipeedge, single, or all (a comparison table; plan only)")
+      ->check(CLI::IsMember(systems))
+      ->capture_default_str();
+  sub->add_option("--lambda", o.lambda, "Poisson frame rate (frames/s) for the mean latency")
+      ->check(number_in(0, 1e9));
+  sub->add_option("--latency-cap", o.latency_cap_s, "PICO's T_lim in seconds (0: none)")
+      ->check(number_in(0, 1e9));
+  sub->add_flag("--allow-idle", o.allow_idle,
+                "PICO: let the DP leave devices idle (the paper uses all of them)");
+  sub->add_flag("--refine", o.refine,
+                "PICO: local search over the device mapping after the paper's greedy step "
+                "(not in the paper)");
+}
+
 const CommandRegistration kReg([](CLI::App& app) {
   auto o = std::make_shared<EdgePlanOptions>();
   CLI::App* edge =
@@ -94,30 +228,22 @@ const CommandRegistration kReg([](CLI::App& app) {
   edge->require_subcommand(1);
   CLI::App* plan = edge->add_subcommand(
       "plan", "Plan a CNN on a cluster (PICO, LW, EFL, OFL, PipeEdge, single) and print it");
-  plan->add_option("--cluster", o->cluster, "ClusterSpec JSON (e.g. configs/clusters/pico-8.json)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  plan->add_option("-m,--model", o->model, "ONNX CNN with one input and one output")
-      ->required()
-      ->check(CLI::ExistingFile);
-  std::vector<std::string> systems = cnn::edge::system_names();
-  systems.push_back("all");
-  plan->add_option("--system", o->system,
-                   "pico, apico (pipeline or fused by M/D/1 latency at --lambda), lw, efl, ofl, "
-                   "pipeedge, single, or all (a comparison table)")
-      ->check(CLI::IsMember(systems))
-      ->capture_default_str();
-  plan->add_option("--lambda", o->lambda, "Poisson frame rate (frames/s) for the mean latency")
-      ->check(number_in(0, 1e9));
-  plan->add_option("--latency-cap", o->latency_cap_s, "PICO's T_lim in seconds (0: none)")
-      ->check(number_in(0, 1e9));
-  plan->add_flag("--allow-idle", o->allow_idle,
-                 "PICO: let the DP leave devices idle (the paper uses all of them)");
-  plan->add_flag("--refine", o->refine,
-                 "PICO: local search over the device mapping after the paper's greedy step "
-                 "(not in the paper)");
+  add_plan_options(plan, *o);
   plan->add_option("-o,--output", o->output, "md or json")->check(CLI::IsMember({"md", "json"}));
-  return Command{edge, [o] { return run_edge_plan(*o); }};
+  CLI::App* run = edge->add_subcommand(
+      "run", "Plan, then run frames through the plan on the pipeline runtime (cnn.tiles stages)");
+  add_plan_options(run, *o);
+  run->add_option("--frames", o->frames, "Frames to stream through the pipeline")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  run->add_option("--workers", o->workers,
+                  "DEVICE=ENDPOINT (tcp://host:port of a `tandem worker`), repeatable or "
+                  "comma-separated; other devices run in process, emulated")
+      ->delimiter(',');
+  run->add_option("--key", o->key, "Cluster CURVE key file for tcp:// workers");
+  run->add_flag("--verify", o->verify, "Compare every output with the single-device run");
+  run->add_option("--json", o->json_path, "Write the report as JSON");
+  return Command{edge, [o, run] { return *run ? run_edge_run(*o) : run_edge_plan(*o); }};
 });
 
 }  // namespace
