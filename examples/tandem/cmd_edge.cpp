@@ -141,13 +141,7 @@ int run_edge_run(const EdgePlanOptions& o) {
   const cnn::edge::EdgePlan plan = cnn::edge::plan_system(o.system, pb, plan_options(o));
   const sched::PipelinePlan runtime_plan =
       cnn::edge::to_pipeline_plan(plan, pb, o.model, o.cluster);
-  std::map<std::string, std::string> workers;
-  for (const auto& w : o.workers) {
-    const auto eq = w.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InvalidArgument("edge run: --workers expects DEVICE=ENDPOINT, got '" + w + "'");
-    workers[w.substr(0, eq)] = w.substr(eq + 1);
-  }
+  const std::map<std::string, std::string> workers = worker_map(o.workers, "edge run");
   sched::PipelineOptions po;
   if (!o.key.empty()) po.key = sched::ClusterKey::load(o.key);
   const Tensor image = Tensor::from_vector(

@@ -115,13 +115,7 @@ int run_pipeline(const PipelineRunOptions& o) {
   for (const auto& d : plan.devices())
     if (!cluster_path.empty() && !cluster.has_device(d))
       throw InvalidArgument("pipeline run: plan device '" + d + "' is not in " + cluster_path);
-  std::map<std::string, std::string> workers;
-  for (const auto& w : o.workers) {
-    const auto eq = w.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InvalidArgument("pipeline run: --workers expects DEVICE=ENDPOINT, got '" + w + "'");
-    workers[w.substr(0, eq)] = w.substr(eq + 1);
-  }
+  const std::map<std::string, std::string> workers = worker_map(o.workers, "pipeline run");
   sched::PipelineOptions po;
   po.queue_capacity = static_cast<size_t>(o.queue);
   po.direct_local = o.direct;

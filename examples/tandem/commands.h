@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tandem/core/error.h"
 #include "tandem/llm/model.h"
 
 namespace tandem::cli {
@@ -30,6 +32,19 @@ inline CLI::Validator number_in(double lo, double hi) {
         return std::string();
       },
       "NUMBER in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+// --workers DEVICE=ENDPOINT items as a map; InvalidArgument naming `command` for a malformed one.
+inline std::map<std::string, std::string> worker_map(const std::vector<std::string>& items,
+                                                     const std::string& command) {
+  std::map<std::string, std::string> workers;
+  for (const auto& w : items) {
+    const auto eq = w.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InvalidArgument(command + ": --workers expects DEVICE=ENDPOINT, got '" + w + "'");
+    workers[w.substr(0, eq)] = w.substr(eq + 1);
+  }
+  return workers;
 }
 
 struct DevicesOptions {
