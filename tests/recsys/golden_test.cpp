@@ -53,7 +53,7 @@ std::string describe(const OpNode& n) {
 uint64_t graph_digest(const RecModel& m) {
   uint64_t h = fnv1a(std::to_string(m.num_nodes()));
   for (int64_t q : {1, 5}) {
-    const Graph g = m.graph(q);  // priced with the defaults, the numbers of test_cpu_profile()
+    const Graph g = m.graph(q, test_cpu_profile());
     for (const OpNode& n : g.nodes()) h = fnv1a(describe(n) + "\n", h);
   }
   return h;
