@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
           for (int n : split_list<int>(clients)) points.emplace_back(n, 0.0);
           for (double r : split_list<double>(rates)) points.emplace_back(0, r);
           for (const auto& [n, rate] : points) {
-            CpuExecutor ex;
+            CpuExecutor ex(measured_profile(Device::cpu()));
             PolicyOptions po;
             po.policy = pol;
             po.streams = streams;

@@ -55,6 +55,7 @@ struct RecServeOptions {
   std::string table_dir;
   std::string size_quantiles;
   std::string device = "cpu";
+  std::string device_profile;  // a `tandem profile` JSON file; empty: measure this machine
   double size_sd = 4;
   int clients = 1;
   int streams = 4;
@@ -138,11 +139,15 @@ int run_rec_serve(const RecServeOptions& o) {
   for (int i = 0; i < o.pool; ++i)
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
 
+  // The device's profile prices the nodes (cost classes in the trace, stream-pool's balance).
+  const DeviceProfile profile = o.device_profile.empty()
+                                    ? measured_profile(device)
+                                    : DeviceProfile::from_json_file(o.device_profile);
   std::unique_ptr<Executor> executor;
   if (device.is_cpu())
-    executor = std::make_unique<CpuExecutor>();
+    executor = std::make_unique<CpuExecutor>(profile);
   else
-    executor = std::make_unique<DeviceExecutor>(device);
+    executor = std::make_unique<DeviceExecutor>(device, profile);
   Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
@@ -238,6 +243,10 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--device", o->device,
                   "cpu or cuda:N (the model's weights and tables are copied there)")
       ->capture_default_str();
+  sub->add_option("--device-profile", o->device_profile,
+                  "DeviceProfile JSON of the device (as `tandem profile` writes it) that prices "
+                  "the nodes; default: measure this machine's peaks once (about a second)")
+      ->check(CLI::ExistingFile);
   sub->add_option("-m,--model", o->model,
                   "Zoo name (rm1, rm2, rm3, wnd, din, bst, ...) or JSON file")
       ->capture_default_str();
@@ -248,7 +257,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(positive_up_to(86400.0))
       ->capture_default_str();
   sub->add_option("-p,--policy", o->policy, "Serving policy")
-      ->check(CLI::IsMember({"fcfs", "stream-pool", "instances", "dynamic-batch"}))
+      ->check(CLI::IsMember(rec::policy_names()))
       ->capture_default_str();
   sub->add_option("-o,--output", o->output, "Output format")
       ->check(CLI::IsMember({"md", "json"}))

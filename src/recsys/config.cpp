@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/json_reader.h"
+#include "recsys/architecture.h"
 #include "tandem/core/error.h"
 
 namespace tandem::rec {
@@ -92,37 +93,27 @@ double ModelConfig::fit_tables(int64_t budget_bytes) {
   return f;
 }
 
+nlohmann::json tables_json(const std::vector<TableConfig>& tables) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& t : tables)
+    a.push_back({{"rows", t.rows}, {"dim", t.dim}, {"pooling", t.pooling}, {"hash", t.hash}});
+  return a;
+}
+
 nlohmann::json ModelConfig::to_json() const {
-  auto tabs = [](const std::vector<TableConfig>& ts) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const auto& t : ts)
-      a.push_back({{"rows", t.rows}, {"dim", t.dim}, {"pooling", t.pooling}, {"hash", t.hash}});
-    return a;
-  };
   nlohmann::json j = {{"kind", to_string(kind)},
                       {"dense_features", dense_features},
                       {"bottom_mlp", bottom_mlp},
                       {"top_mlp", top_mlp},
-                      {"tables", tabs(tables)},
+                      {"tables", tables_json(tables)},
                       {"pooling_mode", to_string(pooling_mode)},
                       {"table_dtype", std::string(dtype_name(table_dtype))},
                       {"query_size", query_size},
                       {"seed", seed}};
   if (!description.empty()) j["description"] = description;
-  if (kind == ModelKind::kDlrm) j["interaction"] = to_string(interaction);
-  if (kind == ModelKind::kDin || kind == ModelKind::kBst) {
-    j["item_tables"] = tabs(item_tables);
-    j["seq_len"] = seq_len;
-  }
-  if (kind == ModelKind::kDin) j["attention_mlp"] = attention_mlp;
-  if (kind == ModelKind::kBst) {
-    j["heads"] = heads;
-    j["ffn_dim"] = ffn_dim;
-  }
+  architecture(kind).write(*this, j);
   return j;
 }
-
-namespace {
 
 // A positive integer no larger than `max` (keeps sizes far from int64 overflow).
 int64_t bounded(const JsonField& f, int64_t max) {
@@ -131,7 +122,6 @@ int64_t bounded(const JsonField& f, int64_t max) {
   return v;
 }
 
-constexpr int64_t kMaxWidth = int64_t{1} << 20;
 
 std::vector<int64_t> widths(const JsonField& f) {
   std::vector<int64_t> out;
@@ -164,6 +154,36 @@ std::vector<TableConfig> parse_tables(const JsonField& f, const std::string& pre
   return out;
 }
 
+namespace {
+
+// The architecture named by the "kind" key (ParseError listing the registered ones).
+std::shared_ptr<const Architecture> read_kind(const JsonField& kind) {
+  const std::string k = kind.string();
+  if (!architectures().contains(k)) {
+    std::string list;
+    for (const auto& n : architectures().names()) list += list.empty() ? n : ", " + n;
+    kind.fail(cat("unknown model kind '", k, "' (", list, ")"));
+  }
+  return architectures().get(k);
+}
+
+// Fails on a key of kKindKeys that `arch` does not accept, naming the architectures that do.
+void check_kind_keys(const JsonField& f, const Architecture& arch) {
+  for (const std::string& key : kKindKeys) {
+    if (!f.has(key.c_str())) continue;
+    if (std::find(arch.keys.begin(), arch.keys.end(), key) != arch.keys.end()) continue;
+    std::vector<std::pair<ModelKind, std::string>> owners;
+    for (const auto& [name, a] : architectures().entries())
+      if (std::find(a->keys.begin(), a->keys.end(), key) != a->keys.end())
+        owners.emplace_back(a->kind, a->title);
+    std::sort(owners.begin(), owners.end());
+    std::string who;
+    for (size_t i = 0; i < owners.size(); ++i)
+      who += (i == 0 ? "" : i + 1 == owners.size() ? " and " : ", ") + owners[i].second;
+    f.at(key.c_str()).fail(cat("only ", who, " models have '", key, "'"));
+  }
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
@@ -175,19 +195,8 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
                    "seed", "table_dtype"});
   ModelConfig c;
   c.name = name;
-  const JsonField kind = f.at("kind");
-  const std::string k = kind.string();
-  if (k == "dlrm")
-    c.kind = ModelKind::kDlrm;
-  else if (k == "wnd")
-    c.kind = ModelKind::kWnd;
-  else if (k == "din")
-    c.kind = ModelKind::kDin;
-  else if (k == "bst")
-    c.kind = ModelKind::kBst;
-  else
-    kind.fail(cat("unknown model kind '", k, "' (dlrm, wnd, din, bst)"));
-  const bool seq = c.kind == ModelKind::kDin || c.kind == ModelKind::kBst;
+  const std::shared_ptr<const Architecture> arch = read_kind(f.at("kind"));
+  c.kind = arch->kind;
   if (f.has("description")) c.description = f.at("description").string();
   if (f.has("dense_features")) {
     c.dense_features = f.at("dense_features").non_negative_integer();
@@ -221,62 +230,14 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
     else
       td.fail(cat("unsupported table dtype '", s, "' (f32, f16, i8)"));
   }
-  c.tables = parse_tables(f.at("tables"), seq ? "user" : "emb", dim, pooling);
-  if (f.has("interaction")) {
-    const JsonField in = f.at("interaction");
-    if (c.kind != ModelKind::kDlrm) in.fail("only DLRM models have an interaction");
-    const std::string s = in.string();
-    if (s == "dot")
-      c.interaction = Interaction::kDot;
-    else if (s == "cat")
-      c.interaction = Interaction::kCat;
-    else
-      in.fail(cat("unknown interaction '", s, "' (dot, cat)"));
-  }
+  c.tables = parse_tables(f.at("tables"), arch->sequence ? "user" : "emb", dim, pooling);
   if (f.has("query_size")) c.query_size = bounded(f.at("query_size"), int64_t{1} << 24);
   if (f.has("seed")) c.seed = static_cast<uint64_t>(f.at("seed").non_negative_integer());
-  auto only = [&](const char* key, bool allowed, const char* who) {
-    if (f.has(key) && !allowed) f.at(key).fail(cat("only ", who, " models have '", key, "'"));
-  };
-  only("item_tables", seq, "DIN and BST");
-  only("seq_len", seq, "DIN and BST");
-  only("attention_mlp", c.kind == ModelKind::kDin, "DIN");
-  only("heads", c.kind == ModelKind::kBst, "BST");
-  only("ffn_dim", c.kind == ModelKind::kBst, "BST");
-  if (seq) {
-    c.item_tables = parse_tables(f.at("item_tables"), "item", dim, 1);
-    if (c.item_tables.empty()) f.at("item_tables").fail("need at least one item table");
-    for (auto& t : c.item_tables) t.pooling = 1;
-    c.seq_len = bounded(f.at("seq_len"), 65536);
-  }
+  check_kind_keys(f, *arch);
+  arch->read(f, dim, c);
   auto rows = [](const TableConfig& t) { return t.rows; };
   if (widest_table_bytes(c.tables, rows) + widest_table_bytes(c.item_tables, rows) > kMaxTableBytes)
     f.at("tables").fail("the tables hold more than 2^50 bytes (1 PiB) of rows");
-  if (c.kind == ModelKind::kDin) c.attention_mlp = widths(f.at("attention_mlp"));
-  if (c.kind == ModelKind::kBst) {
-    c.heads = bounded(f.at("heads"), 1024);
-    c.ffn_dim = bounded(f.at("ffn_dim"), kMaxWidth);
-    if (c.item_dim() % c.heads != 0)
-      f.at("heads").fail(
-          cat("the item width ", c.item_dim(), " is not a multiple of ", c.heads, " heads"));
-  }
-  if (c.kind == ModelKind::kDlrm) {
-    if (c.tables.empty()) f.at("tables").fail("a DLRM needs at least one table");
-    if (c.dense_features == 0 && !c.bottom_mlp.empty())
-      f.at("bottom_mlp").fail("a bottom MLP needs dense_features > 0");
-    if (c.interaction == Interaction::kDot) {
-      if (c.dense_features == 0) f.fail("a dot interaction needs dense features");
-      const int64_t x = c.bottom_mlp.empty() ? c.dense_features : c.bottom_mlp.back();
-      for (const auto& t : c.tables)
-        if (t.dim != x)
-          f.at("tables").fail(cat("dot interaction: table ", t.name, " has width ", t.dim,
-                                  " but the bottom MLP ends at ", x));
-    }
-  }
-  if (c.kind == ModelKind::kWnd) {
-    if (c.tables.empty()) f.at("tables").fail("a Wide&Deep model needs at least one table");
-    if (c.dense_features == 0) f.fail("a Wide&Deep model needs dense features");
-  }
   return c;
 }
 

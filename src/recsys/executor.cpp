@@ -74,7 +74,7 @@ void Tracer::write(const std::string& path) const {
   if (!f) throw IoError(cat("error writing trace file '", path, "'"));
 }
 
-CpuExecutor::CpuExecutor() = default;
+CpuExecutor::CpuExecutor(DeviceProfile device) : device_(std::move(device)) {}
 
 CpuExecutor::~CpuExecutor() {
   try {
@@ -137,10 +137,7 @@ void CpuExecutor::free_async(void* ptr, size_t bytes, int s) {
 ExecutorInfo CpuExecutor::info() const {
   ExecutorInfo i;
   i.capacity = i.parallel_units = cpu_num_threads();
-  const CostClassOptions c;
-  i.peak_flops = c.peak_flops;
-  i.peak_bytes_per_s = c.bandwidth_bytes_per_s;
-  i.launch_overhead_us = c.tiny_s * 1e6;
+  i.device = device_;
   return i;
 }
 

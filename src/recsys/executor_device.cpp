@@ -7,7 +7,8 @@
 
 namespace tandem::rec {
 
-DeviceExecutor::DeviceExecutor(Device device) : device_(device) {
+DeviceExecutor::DeviceExecutor(Device device, DeviceProfile profile)
+    : device_(device), profile_(std::move(profile)) {
   // Fails early (NotFound / Unsupported from the registry) when the device is absent.
   (void)BackendRegistry::global().get(device);
 }
@@ -99,7 +100,8 @@ void DeviceExecutor::free_async(void* ptr, size_t bytes, int s) {
 
 ExecutorInfo DeviceExecutor::info() const {
   ExecutorInfo i;
-  i.capacity = i.parallel_units = 1;  // one device; its peaks are not measured here (0)
+  i.capacity = i.parallel_units = 1;  // one device
+  i.device = profile_;
   return i;
 }
 

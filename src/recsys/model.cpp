@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "recsys/architecture.h"
 #include "recsys/model_impl.h"
 #include "tandem/core/error.h"
 #include "tandem/core/json.h"
@@ -17,77 +18,21 @@ const char* to_string(CostClass c) {
   return c == CostClass::kMem ? "MEM" : c == CostClass::kComp ? "COMP" : "TINY";
 }
 
-CostClass classify(const OpNode& node, const CostClassOptions& opt) {
+CostClass classify(const OpNode& node, const DeviceProfile& device, const CostClassOptions& opt) {
+  static const RooflineCostModel roofline;
+  const CostModel& model = opt.model ? *opt.model : roofline;
+  if (model.predict_op_s(node, device) < opt.tiny_s) return CostClass::kTiny;
   const double bytes = node.bytes_moved();
-  const double t = std::max(node.flops / opt.peak_flops, bytes / opt.bandwidth_bytes_per_s);
-  if (t < opt.tiny_s) return CostClass::kTiny;
-  const double ridge = opt.peak_flops / opt.bandwidth_bytes_per_s;
+  const double ridge = device.peak_flops / device.mem_bandwidth_bytes_per_s;
   return (bytes > 0 && node.flops / bytes < ridge) ? CostClass::kMem : CostClass::kComp;
 }
 
-namespace {
-
-int64_t top_input_width(const ModelConfig& c) {
-  int64_t user = 0;
-  for (const auto& t : c.tables) user += t.dim;
-  const int64_t xw = c.bottom_mlp.empty() ? c.dense_features : c.bottom_mlp.back();
-  switch (c.kind) {
-    case ModelKind::kDlrm:
-      if (c.interaction == Interaction::kDot) {
-        const int64_t nf = 1 + static_cast<int64_t>(c.tables.size());
-        return xw + nf * (nf - 1) / 2;
-      }
-      return xw + user;
-    case ModelKind::kWnd:
-      return xw + user;
-    case ModelKind::kDin:
-      return c.dense_features + user + 2 * c.item_dim();
-    case ModelKind::kBst:
-      return c.dense_features + user + (c.seq_len + 1) * c.item_dim();
-  }
-  return 0;
-}
-
-void add_mlp(std::vector<WeightSpec>& out, const std::string& prefix, int64_t in,
-             const std::vector<int64_t>& widths) {
-  for (size_t i = 0; i < widths.size(); ++i) {
-    const float s = 1.0f / std::sqrt(static_cast<float>(in));
-    out.push_back({cat(prefix, '.', i, ".weight"), Shape{widths[i], in}, s, 0.0f});
-    out.push_back({cat(prefix, '.', i, ".bias"), Shape{widths[i]}, s, 0.0f});
-    in = widths[i];
-  }
-}
-
-}  // namespace
-
 std::vector<WeightSpec> dense_weight_specs(const ModelConfig& c) {
+  const Architecture& arch = architecture(c.kind);
   std::vector<WeightSpec> out;
-  add_mlp(out, "bottom", c.dense_features, c.bottom_mlp);
-  add_mlp(out, "top", top_input_width(c), c.top_mlp);
-  const int64_t di = c.item_dim();
-  if (c.kind == ModelKind::kWnd) {
-    const float s = 1.0f / std::sqrt(static_cast<float>(c.dense_features));
-    out.push_back({"wide.dense.weight", Shape{1, c.dense_features}, s, 0.0f});
-    out.push_back({"wide.dense.bias", Shape{1}, 0.1f, 0.0f});
-  }
-  if (c.kind == ModelKind::kDin) {
-    std::vector<int64_t> aw = c.attention_mlp;
-    aw.push_back(1);
-    add_mlp(out, "att", 4 * di, aw);
-  }
-  if (c.kind == ModelKind::kBst) {
-    const int64_t T = c.seq_len + 1;
-    out.push_back({"pos_emb", Shape{T, di}, 0.1f, 0.0f});
-    add_mlp(out, "attn.in_proj", di, {3 * di});
-    const float s = 1.0f / std::sqrt(static_cast<float>(di));
-    out.push_back({"attn.out_proj.weight", Shape{di, di}, s, 0.0f});
-    out.push_back({"attn.out_proj.bias", Shape{di}, s, 0.0f});
-    for (const char* ln : {"ln1", "ln2"}) {
-      out.push_back({cat(ln, ".weight"), Shape{di}, 0.1f, 1.0f});
-      out.push_back({cat(ln, ".bias"), Shape{di}, 0.1f, 0.0f});
-    }
-    add_mlp(out, "ffn", di, {c.ffn_dim, di});
-  }
+  add_mlp_weights(out, "bottom", c.dense_features, c.bottom_mlp);
+  add_mlp_weights(out, "top", arch.top_input_width(c), c.top_mlp);
+  arch.weights(c, out);
   return out;
 }
 
@@ -98,9 +43,8 @@ const Tensor& RecModel::Impl::w(const std::string& name) const {
 }
 
 RecModel::RecModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
-  impl_->build_nodes();
-  Graph g = graph(1);
-  impl_->order = g.topological_order();
+  architecture(impl_->cfg.kind).build(*impl_);
+  impl_->order = impl_->graph(1).topological_order();
 }
 RecModel::RecModel(RecModel&&) noexcept = default;
 RecModel& RecModel::operator=(RecModel&&) noexcept = default;
@@ -117,7 +61,7 @@ RecModel RecModel::generate(const ModelConfig& cfg) {
   for (const auto& t : cfg.item_tables)
     impl->item_tables.push_back(EmbeddingTable::generate(t.name, t.rows, t.dim, cfg.table_dtype,
                                                          cfg.seed, table_scale(t.dim)));
-  if (cfg.kind == ModelKind::kWnd)
+  if (architecture(cfg.kind).wide_tables)
     for (const auto& t : cfg.tables)
       impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,
                                                            cfg.seed, kWideTableScale));
@@ -149,7 +93,7 @@ RecModel RecModel::generate_mapped(const ModelConfig& cfg, const std::string& di
   };
   for (const auto& t : cfg.tables) impl->tables.push_back(mapped(t));
   for (const auto& t : cfg.item_tables) impl->item_tables.push_back(mapped(t));
-  if (cfg.kind == ModelKind::kWnd)
+  if (architecture(cfg.kind).wide_tables)
     for (const auto& t : cfg.tables)
       impl->wide_tables.push_back(EmbeddingTable::generate("wide." + t.name, t.rows, 1, DType::kF32,
                                                            cfg.seed, kWideTableScale));
@@ -270,7 +214,7 @@ RecModel RecModel::load(const ModelConfig& cfg, const std::string& path) {
   };
   load_tables(cfg.tables, "", cfg.table_dtype, false, impl->tables);
   load_tables(cfg.item_tables, "", cfg.table_dtype, false, impl->item_tables);
-  if (cfg.kind == ModelKind::kWnd)
+  if (architecture(cfg.kind).wide_tables)
     load_tables(cfg.tables, "wide.", DType::kF32, true, impl->wide_tables);
   return RecModel(std::move(impl));
 }
@@ -282,18 +226,26 @@ const std::vector<int>& RecModel::topological_order() const { return impl_->orde
 const std::vector<EmbeddingTable>& RecModel::tables() const { return impl_->tables; }
 const std::vector<EmbeddingTable>& RecModel::item_tables() const { return impl_->item_tables; }
 
-Graph RecModel::graph(int64_t q, const CostClassOptions& opt) const {
-  Graph g(impl_->cfg.name);
-  for (const auto& n : impl_->nodes) {
+Graph RecModel::Impl::graph(int64_t q) const {
+  Graph g(cfg.name);
+  for (const auto& n : nodes) {
     OpNode o = n.cost(q);
     o.name = n.name;
     o.kind = n.kind;
     o.inputs = n.inputs;
-    o.attrs["cost_class"] = to_string(classify(o, opt));
     o.attrs["q"] = q;
     g.add_node(std::move(o));
   }
   g.validate();
+  return g;
+}
+
+Graph RecModel::graph(int64_t q, const DeviceProfile& device, const CostClassOptions& opt) const {
+  Graph g = impl_->graph(q);
+  for (int id = 0; id < g.size(); ++id) {
+    OpNode& o = g.node(id);
+    o.attrs["cost_class"] = to_string(classify(o, device, opt));
+  }
   return g;
 }
 
@@ -353,7 +305,7 @@ void RecModel::validate(const QueryInputs& in) const {
         if (id < 0 || id >= tc.rows)
           throw bad(cat("table ", tc.name, ": id ", id, " outside [0, ", tc.rows, ")"));
   }
-  if (c.kind == ModelKind::kDin || c.kind == ModelKind::kBst) {
+  if (architecture(c.kind).sequence) {
     if (in.item_ids.size() != c.item_tables.size() || in.seq_ids.size() != c.item_tables.size())
       throw bad(cat("item/sequence ids for ", in.item_ids.size(), " tables, expected ",
                     c.item_tables.size()));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CPU side of the model nodes (model_nodes.cpp): pooled lookups over the embedding store split
-// into chunks over the CPU threads, item gathers, row-wise concatenation and linear layers.
+// The CPU side of the model nodes (node_parts.cpp, arch_*.cpp): pooled lookups over the embedding
+// store split into chunks over the CPU threads, item gathers, row-wise concatenation and linear
+// layers.
 #include <algorithm>
 #include <cstring>
 

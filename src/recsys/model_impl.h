@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// RecModel internals shared by model.cpp (weights, files, validation) and model_nodes.cpp (the op
-// nodes of each model kind).
+// RecModel internals shared by model.cpp (weights, files, validation), the architectures'
+// builders (architecture.h: arch_*.cpp, node_parts.cpp) and the host and device helpers of the
+// nodes (model_host.cpp, model_device.cpp).
 #pragma once
 
 #include <cmath>
@@ -50,6 +51,8 @@ struct RecModel::Impl {
   std::map<std::string, Tensor> dev_weights;
   std::vector<Tensor> dev_tables, dev_item_tables, dev_wide_tables;
 
+  // The nodes' costs for q rows, without cost classes (RecModel::graph adds them for a device).
+  Graph graph(int64_t q) const;
   const Tensor& w(const std::string& name) const;
   const Tensor& dw(const std::string& name) const;  // device weight
   void to_device(Device d, bool ops_on_cpu);        // model_device.cpp
@@ -58,7 +61,6 @@ struct RecModel::Impl {
     nodes.push_back(std::move(n));
     return static_cast<int>(nodes.size()) - 1;
   }
-  void build_nodes();  // model_nodes.cpp
 };
 
 // ---- CPU helpers of the nodes (model_host.cpp).

@@ -34,8 +34,9 @@ struct Job {
 
 class PolicyBase : public ServingPolicy {
  public:
-  PolicyBase(const RecModel& model, Executor& ex) : model_(model), ex_(ex) {
-    const Graph g = model.graph(model.config().query_size);
+  PolicyBase(const RecModel& model, Executor& ex)
+      : model_(model), ex_(ex), device_(ex.info().device) {
+    const Graph g = model.graph(model.config().query_size, device_);
     for (const auto& n : g.nodes())
       category_.push_back(n.attrs.at("cost_class").get<std::string>());
   }
@@ -51,17 +52,13 @@ class PolicyBase : public ServingPolicy {
     return r;
   }
 
-  // Predicted seconds of a query of q rows (roofline sum over its nodes), cached per q.
+  // Predicted seconds of a query of q rows on the executor's device (the roofline sum over its
+  // nodes), cached per q.
   double predict_s(int64_t q) {
     std::lock_guard lk(cost_mu_);
     auto it = cost_.find(q);
     if (it != cost_.end()) return it->second;
-    const CostClassOptions c;
-    double t = 0;
-    const Graph g = model_.graph(q);  // a named graph: ranging over a temporary's nodes dangles
-    for (const auto& n : g.nodes())
-      t += std::max(n.flops / c.peak_flops, n.bytes_moved() / c.bandwidth_bytes_per_s);
-    return cost_[q] = t;
+    return cost_[q] = RooflineCostModel().predict_graph_s(model_.graph(q, device_), device_);
   }
 
   // Issues every op of the job on `stream`, then its completion; `done` runs after completion.
@@ -111,6 +108,7 @@ class PolicyBase : public ServingPolicy {
 
   const RecModel& model_;
   Executor& ex_;
+  const DeviceProfile device_;  // the executor's, prices the nodes
   std::vector<std::string> category_;
   std::atomic<int64_t> next_id_{0};
   std::mutex cost_mu_;
@@ -259,28 +257,44 @@ class InstancePolicy final : public PolicyBase {
   std::thread batcher_;
 };
 
+std::unique_ptr<ServingPolicy> make_stream_pool(const RecModel& model, Executor& executor,
+                                                const PolicyOptions& o) {
+  return std::make_unique<StreamPolicy>(model, executor, o.streams, "stream-pool");
+}
+
+std::unique_ptr<ServingPolicy> make_dynamic_batch(const RecModel& model, Executor& executor,
+                                                  const PolicyOptions& o) {
+  if (o.max_batch_rows < 1 || !(o.max_queue_delay_us >= 0))
+    throw InvalidArgument("dynamic-batch: max_batch_rows >= 1 and max_queue_delay_us >= 0 needed");
+  return std::make_unique<InstancePolicy>(model, executor, o, true);
+}
+
+const Registration kFcfs(serving_policies(), "fcfs",
+                         [](const RecModel& model, Executor& executor, const PolicyOptions&) {
+                           return std::make_unique<StreamPolicy>(model, executor, 1, "fcfs");
+                         });
+const Registration kStreamPool(serving_policies(), "stream-pool", make_stream_pool);
+const Registration kInstances(serving_policies(), "instances",
+                              [](const RecModel& model, Executor& executor,
+                                 const PolicyOptions& o) {
+                                return std::make_unique<InstancePolicy>(model, executor, o, false);
+                              });
+const Registration kDynamicBatch(serving_policies(), "dynamic-batch", make_dynamic_batch);
+
 }  // namespace
 
-std::vector<std::string> policy_names() {
-  return {"fcfs", "stream-pool", "instances", "dynamic-batch"};
+Registry<PolicyFactory>& serving_policies() {
+  static Registry<PolicyFactory> registry("serving policy");
+  return registry;
 }
+
+std::vector<std::string> policy_names() { return serving_policies().names(); }
 
 std::unique_ptr<ServingPolicy> make_policy(const RecModel& model, Executor& executor,
                                            const PolicyOptions& o) {
   if (o.streams < 1)
     throw InvalidArgument(cat("policy '", o.policy, "': streams ", o.streams, " < 1"));
-  if (o.policy == "fcfs") return std::make_unique<StreamPolicy>(model, executor, 1, "fcfs");
-  if (o.policy == "stream-pool")
-    return std::make_unique<StreamPolicy>(model, executor, o.streams, "stream-pool");
-  if (o.policy == "instances") return std::make_unique<InstancePolicy>(model, executor, o, false);
-  if (o.policy == "dynamic-batch") {
-    if (o.max_batch_rows < 1 || !(o.max_queue_delay_us >= 0))
-      throw InvalidArgument(
-          "dynamic-batch: max_batch_rows >= 1 and max_queue_delay_us >= 0 needed");
-    return std::make_unique<InstancePolicy>(model, executor, o, true);
-  }
-  throw InvalidArgument(
-      cat("unknown policy '", o.policy, "' (fcfs, stream-pool, instances, dynamic-batch)"));
+  return serving_policies().get(o.policy)(model, executor, o);
 }
 
 }  // namespace tandem::rec

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "recsys_device.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/workload.h"
 
@@ -37,7 +38,7 @@ inline void check_device_policies(const std::string& name, Device device, bool o
   }
   for (const std::string& policy : policy_names()) {
     SCOPED_TRACE(name + " " + policy + " on " + device.to_string());
-    DeviceExecutor ex(device);
+    DeviceExecutor ex(device, test_cpu_profile());
     PolicyOptions po;
     po.policy = policy;
     po.streams = 3;

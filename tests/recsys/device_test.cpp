@@ -37,7 +37,7 @@ TEST(RecDevicePath, DeviceExecutorOnCpuReturnsSequentialScoresUnderLoad) {
 }
 
 TEST(RecDevicePath, DeviceExecutorEventsOrderStreams) {
-  DeviceExecutor ex(Device::cpu());
+  DeviceExecutor ex(Device::cpu(), test_cpu_profile());
   const int a = ex.create_stream(), b = ex.create_stream();
   auto e = ex.create_event();
   std::atomic<int> step{0};

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "recsys_device.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/model.h"
 #include "tandem/recsys/workload.h"
@@ -23,7 +24,7 @@ TEST(RecModel, DlrmGraphHasOneNodePerUnitWithCostClasses) {
   ModelConfig cfg = zoo_config("rm2");
   cfg.scale_rows(1e-3);
   const RecModel m = RecModel::generate(cfg);
-  const Graph g = m.graph(128);
+  const Graph g = m.graph(128, test_cpu_profile());
   // dense + 32 bags + 2 bottom + interaction + 3 top + out
   EXPECT_EQ(g.size(), 1 + 32 + 2 + 1 + 3 + 1);
   const OpNode& bag = g.node("emb.5");
@@ -36,16 +37,37 @@ TEST(RecModel, DlrmGraphHasOneNodePerUnitWithCostClasses) {
   // RM3's big bottom MLP is compute-bound.
   ModelConfig rm3 = zoo_config("rm3");
   rm3.scale_rows(1e-4);
-  EXPECT_EQ(RecModel::generate(rm3).graph(128).node("bottom.0").attrs.at("cost_class"), "COMP");
+  EXPECT_EQ(RecModel::generate(rm3)
+                .graph(128, test_cpu_profile())
+                .node("bottom.0")
+                .attrs.at("cost_class"),
+            "COMP");
+}
+
+// The classes follow the device the graph is priced for, through the core cost model.
+TEST(RecModel, CostClassesFollowTheDevice) {
+  OpNode gemm = make_gemm_node("g", 128, 256, 256);  // 32 FLOP/byte
+  DeviceProfile d = test_cpu_profile();              // ridge 7 FLOP/byte
+  EXPECT_EQ(classify(gemm, d), CostClass::kComp);
+  d.peak_flops = 1e15;  // ridge 1e5 FLOP/byte: the same GEMM is bandwidth-bound, and still > 5 us
+  EXPECT_EQ(classify(gemm, d), CostClass::kMem);
+  EXPECT_EQ(classify(gemm, d, {.tiny_s = 1.0}), CostClass::kTiny);
+  // Another cost model: a launch overhead of 1 s makes nothing TINY.
+  const RooflineCostModel slow({.launch_overhead_s = 1.0});
+  OpNode tiny = make_gemm_node("t", 1, 1, 1);
+  EXPECT_EQ(classify(tiny, d), CostClass::kTiny);
+  EXPECT_NE(classify(tiny, d, {.model = &slow}), CostClass::kTiny);
+  // A device without peaks cannot be priced.
+  EXPECT_THROW(classify(gemm, DeviceProfile{}), InvalidArgument);
 }
 
 TEST(RecModel, SequenceModelGraphs) {
   const RecModel din = RecModel::generate(zoo_config("tiny-din"));
-  const Graph g = din.graph(3);
+  const Graph g = din.graph(3, test_cpu_profile());
   for (const char* n : {"cand", "seq", "att_in", "att.0", "att.1", "att_pool", "top_in", "out"})
     EXPECT_GE(g.find(n), 0) << n;
   const RecModel bst = RecModel::generate(zoo_config("tiny-bst"));
-  const Graph h = bst.graph(3);
+  const Graph h = bst.graph(3, test_cpu_profile());
   for (const char* n : {"seq", "qkv", "mha", "attn_out", "ln1", "ffn.0", "ffn_out", "ln2"})
     EXPECT_GE(h.find(n), 0) << n;
   EXPECT_EQ(h.node("mha").kind, "attention");

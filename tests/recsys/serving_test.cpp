@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "recsys_device.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/workload.h"
@@ -39,7 +40,7 @@ struct Fixture {
 };
 
 void check_policy(Fixture& fx, const PolicyOptions& po, int clients) {
-  CpuExecutor ex;
+  CpuExecutor ex(test_cpu_profile());
   auto policy = make_policy(fx.model, ex, po);
   std::mutex mu;
   std::set<int64_t> ids;
@@ -90,7 +91,7 @@ TEST(RecServing, EveryPolicyReturnsTheSequentialResultsUnderLoad) {
 
 TEST(RecServing, DynamicBatchingMergesQueries) {
   Fixture fx("tiny-wnd");
-  CpuExecutor ex;
+  CpuExecutor ex(test_cpu_profile());
   PolicyOptions po;
   po.policy = "dynamic-batch";
   po.streams = 1;
@@ -111,7 +112,7 @@ TEST(RecServing, DynamicBatchingMergesQueries) {
 
 TEST(RecServing, BadQueriesAndOptionsAreRejected) {
   Fixture fx("tiny-dlrm", 2);
-  CpuExecutor ex;
+  CpuExecutor ex(test_cpu_profile());
   auto policy = make_policy(fx.model, ex, {});
   auto bad = std::make_shared<QueryInputs>(*fx.pool[0]);
   bad->dense.clear();
@@ -126,7 +127,7 @@ TEST(RecServing, BadQueriesAndOptionsAreRejected) {
 
 TEST(RecServing, ExecutorStreamsEventsAndTrace) {
   Fixture fx("tiny-bst", 2);
-  CpuExecutor ex;
+  CpuExecutor ex(test_cpu_profile());
   Tracer tracer;
   ex.set_tracer(&tracer);
   const int s0 = ex.create_stream(), s1 = ex.create_stream();
@@ -162,7 +163,7 @@ TEST(RecServing, ExecutorStreamsEventsAndTrace) {
 
 TEST(RecServing, AFailingNodeIsKeptInTheQueryState) {
   Fixture fx("tiny-dlrm", 1);
-  CpuExecutor ex;
+  CpuExecutor ex(test_cpu_profile());
   // The output node launched before its inputs throws inside the stream; the executor keeps the
   // error in the state (policies hand it to the query's promise) instead of losing it.
   QueryState st = fx.model.make_state(*fx.pool[0]);
@@ -175,7 +176,7 @@ TEST(RecServing, AFailingNodeIsKeptInTheQueryState) {
 
 TEST(RecServing, OpenLoopPoissonLoad) {
   Fixture fx("tiny-dlrm", 8);
-  CpuExecutor ex;
+  CpuExecutor ex(test_cpu_profile());
   auto policy = make_policy(fx.model, ex, {.policy = "stream-pool", .streams = 2});
   std::atomic<int> n{0};
   LoadOptions lo;

@@ -29,6 +29,8 @@
 
 namespace tandem::rec {
 
+// One value per architecture; each is implemented by one entry of the library's architecture
+// registry (src/recsys/architecture.h), found by its to_string name.
 enum class ModelKind { kDlrm, kWnd, kDin, kBst };
 enum class Interaction { kDot, kCat };
 enum class Pooling { kSum, kMean };

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Executor interface of recsys serving (specs/recsys.md §2.1) and its CPU implementation over
+// The Executor interface of recsys serving (the recsys spec, §2.1) and its CPU implementation over
 // tandem streams, plus the per-op tracer that writes Chrome-trace JSON.
 //
 // Serving policies (serving.h) and the later RecOS / RACE / RecStream schedulers talk only to an
@@ -10,7 +10,7 @@
 // parallelism (OpenMP inside the kernels), capped by LaunchLimits::max_units threads for the
 // embedding kernels.
 //
-//   tandem::rec::CpuExecutor ex;
+//   tandem::rec::CpuExecutor ex(tandem::rec::measured_profile(tandem::Device::cpu()));
 //   int s = ex.create_stream();
 //   auto st = model.make_state(q);
 //   for (int id : model.topological_order()) ex.launch(s, {&model, id, &st, 0});
@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tandem/core/cluster.h"
 #include "tandem/core/stream.h"
 #include "tandem/export.h"
 #include "tandem/recsys/model.h"
@@ -59,8 +60,15 @@ struct LaunchLimits {
 struct ExecutorInfo {
   int capacity = 0;        // CPU: worker threads T
   int parallel_units = 0;  // CPU: T
-  double peak_flops = 0, peak_bytes_per_s = 0, launch_overhead_us = 0;
+  // The device the executor runs on (peak FLOP/s, bandwidth), as given at construction; what
+  // policies price the model's nodes with (RecModel::graph, CostModel).
+  DeviceProfile device;
 };
+
+// This machine's profile of `device` (cpu or cuda:N): peak f32 GEMM FLOP/s and memory bandwidth
+// measured by profile_device (profiler.h) without op tables, about a second, the first time a
+// device is asked for; later calls return the same profile (cached for the process, thread-safe).
+TANDEM_API const DeviceProfile& measured_profile(Device device);
 
 // Collects per-op spans; writes them as Chrome trace events (chrome://tracing, Perfetto).
 class TANDEM_API Tracer {
@@ -118,7 +126,8 @@ class TANDEM_API Executor {
 
 class TANDEM_API CpuExecutor final : public Executor {
  public:
-  CpuExecutor();
+  // `device`: the CPU's profile (measured_profile(Device::cpu()), a `tandem profile` file, ...).
+  explicit CpuExecutor(DeviceProfile device);
   ~CpuExecutor() override;
   int create_stream(int priority = 0) override;
   int num_streams() const override;
@@ -135,6 +144,7 @@ class TANDEM_API CpuExecutor final : public Executor {
 
  private:
   Stream& stream(int id) const;
+  DeviceProfile device_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Stream>> streams_;
 };
@@ -154,7 +164,8 @@ class TANDEM_API CpuExecutor final : public Executor {
 // fewer executor streams than workers there.
 class TANDEM_API DeviceExecutor final : public Executor {
  public:
-  explicit DeviceExecutor(Device device);
+  // `profile` describes `device` (measured_profile(device), a `tandem profile` file, ...).
+  DeviceExecutor(Device device, DeviceProfile profile);
   ~DeviceExecutor() override;
   int create_stream(int priority = 0) override;
   int num_streams() const override;
@@ -177,6 +188,7 @@ class TANDEM_API DeviceExecutor final : public Executor {
   };
   Lane& lane(int id) const;
   Device device_;
+  DeviceProfile profile_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Lane>> lanes_;
 };

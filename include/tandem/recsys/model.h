@@ -6,8 +6,9 @@
 // loaded from a safetensors file. Its graph() is a tandem::Graph: one node per embedding bag, per
 // MLP layer (GEMM + bias + activation), per interaction / attention / normalisation step, each
 // carrying FLOPs and bytes for a query of q candidate rows and an attribute "cost_class" (MEM,
-// COMP or TINY, specs/recsys.md §2.2: TINY when the roofline time is below a threshold, else MEM
-// when FLOP/byte is below the ridge point, else COMP). Executors run nodes one at a time with
+// COMP or TINY, the recsys spec §2.2: TINY when the time the core cost model (cost_model.h)
+// predicts on the given device is below a threshold, else MEM when FLOP/byte is below the
+// device's ridge point, else COMP). Executors run nodes one at a time with
 // run_node(); forward() runs them all in topological order.
 //
 // Semantics (the numpy reference scripts/recsys/reference.py implements the same, independently):
@@ -28,6 +29,7 @@
 //   auto m = tandem::rec::RecModel::generate(tandem::rec::zoo_config("tiny-dlrm"));
 //   tandem::rec::QueryInputs q = ...;               // workload.h makes these
 //   std::vector<float> scores = m.forward(q);      // q.rows scores in (0, 1)
+//   tandem::Graph g = m.graph(128, tandem::rec::measured_profile(tandem::Device::cpu()));
 //
 // Thread-safety: a RecModel is immutable after construction; run_node/forward may run concurrently
 // on distinct QueryStates (and concurrently on distinct nodes of one state, as the graph allows).
@@ -41,6 +43,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/cluster.h"
+#include "tandem/core/cost_model.h"
 #include "tandem/core/graph.h"
 #include "tandem/core/stream.h"
 #include "tandem/core/tensor.h"
@@ -67,12 +71,23 @@ TANDEM_API QueryInputs concat_queries(const std::vector<const QueryInputs*>& par
 enum class CostClass { kMem, kComp, kTiny };
 TANDEM_API const char* to_string(CostClass c);  // "MEM", "COMP", "TINY"
 
+// How classify() sorts nodes. The device is never a default here: callers pass the DeviceProfile
+// the nodes run on (a ClusterSpec device, a `tandem profile` file read with
+// DeviceProfile::from_json_file, or measured_profile() of executor.h for this machine).
 struct CostClassOptions {
-  double peak_flops = 70e9;  // the 2-core machine of specs/dependencies.md
-  double bandwidth_bytes_per_s = 10e9;
-  double tiny_s = 5e-6;  // TINY below this roofline time (k x enqueue overhead)
+  // TINY below this predicted time, seconds: such an op costs about what enqueueing it does (a
+  // few µs on a CPU stream), so a scheduler should not spend a stream on it. A scheduling
+  // threshold, not a property of the device.
+  double tiny_s = 5e-6;
+  // Prices a node on the device; nullptr: RooflineCostModel with no launch overhead and efficiency
+  // 1, t = max(flops / peak_flops, bytes / mem_bandwidth_bytes_per_s).
+  const CostModel* model = nullptr;
 };
-TANDEM_API CostClass classify(const OpNode& node, const CostClassOptions& opt = {});
+// TINY when the predicted time on `device` is below opt.tiny_s, else MEM when the node's FLOP/byte
+// is below the device's ridge point (peak_flops / mem_bandwidth_bytes_per_s), else COMP.
+// InvalidArgument for a device without peak_flops or bandwidth.
+TANDEM_API CostClass classify(const OpNode& node, const DeviceProfile& device,
+                              const CostClassOptions& opt = {});
 
 // Per-query execution state: one output tensor per node, filled by run_node.
 struct QueryState {
@@ -102,8 +117,9 @@ class TANDEM_API RecModel {
   ~RecModel();
 
   const ModelConfig& config() const;
-  // The op graph for a query of q rows (node ids do not depend on q); attrs carry "cost_class".
-  Graph graph(int64_t q, const CostClassOptions& opt = {}) const;
+  // The op graph for a query of q rows (node ids do not depend on q); attrs carry "cost_class",
+  // classify(node, device, opt).
+  Graph graph(int64_t q, const DeviceProfile& device, const CostClassOptions& opt = {}) const;
   int num_nodes() const;
   const std::string& node_name(int id) const;
   const std::vector<int>& topological_order() const;

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Concurrent serving of recommendation queries: the baseline policies of specs/recsys.md §3 over
+// Concurrent serving of recommendation queries: the baseline policies of the recsys spec (§3) over
 // an Executor, and the closed-/open-loop load generator that measures them.
 //
 // Policies (submit() is thread-safe and returns a future of the query's scores and timings):
 //   fcfs           B1: one stream, queries FIFO, each query's ops in topological order; no
 //                  interleaving across queries (stock TF-Serving / one Triton instance).
 //   stream-pool    B2 (NVIDIA Multi-Stream TF): N streams; a whole query goes to the stream with
-//                  the least outstanding predicted work (roofline time of its graph).
+//                  the least outstanding predicted work (roofline time of its graph on the
+//                  executor's device, ExecutorInfo::device).
 //   instances      B3 (Triton instance_group count N): N instances, each one stream running one
 //                  request at a time; a request takes a free instance or waits FIFO for one.
 //   dynamic-batch  B3 + Triton's dynamic batcher: waiting requests are merged row-wise while the
@@ -17,7 +18,7 @@
 // or Poisson open-loop arrivals for a duration and reports p50/p95/p99 latency, throughput and
 // queue times.
 //
-//   tandem::rec::CpuExecutor ex;
+//   tandem::rec::CpuExecutor ex(tandem::rec::measured_profile(tandem::Device::cpu()));
 //   auto policy = tandem::rec::make_policy(model, ex, {.policy = "stream-pool", .streams = 4});
 //   auto stats = tandem::rec::run_load(*policy, pool, {.clients = 16, .duration_s = 5});
 //
@@ -33,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/registry.h"
 #include "tandem/export.h"
 #include "tandem/recsys/executor.h"
 #include "tandem/recsys/model.h"
@@ -47,7 +49,7 @@ struct Response {
 };
 
 struct PolicyOptions {
-  std::string policy = "fcfs";       // fcfs | stream-pool | instances | dynamic-batch
+  std::string policy = "fcfs";       // a name in serving_policies(): fcfs, stream-pool, ...
   int streams = 4;                   // N of stream-pool / instances / dynamic-batch
   int64_t max_batch_rows = 1024;     // dynamic-batch: rows per merged launch
   double max_queue_delay_us = 1000;  // dynamic-batch: longest wait for more requests
@@ -61,10 +63,19 @@ class TANDEM_API ServingPolicy {
   virtual std::future<Response> submit(std::shared_ptr<const QueryInputs> query) = 0;
 };
 
-// Throws InvalidArgument for an unknown policy name or streams < 1.
+// Makes the policy `options.policy` names over `executor` (make_policy has checked streams >= 1;
+// the factory checks its own fields and throws InvalidArgument).
+using PolicyFactory = std::function<std::unique_ptr<ServingPolicy>(
+    const RecModel& model, Executor& executor, const PolicyOptions& options)>;
+// name -> factory. The baselines (fcfs, stream-pool, instances, dynamic-batch) register in
+// policies.cpp; a new policy registers the same way, in its own file:
+//   const tandem::Registration kReg(tandem::rec::serving_policies(), "mine", make_mine);
+TANDEM_API Registry<PolicyFactory>& serving_policies();
+// serving_policies().get(options.policy)(...): InvalidArgument for an unknown policy name (listing
+// the registered ones) or streams < 1.
 TANDEM_API std::unique_ptr<ServingPolicy> make_policy(const RecModel& model, Executor& executor,
                                                       const PolicyOptions& options);
-TANDEM_API std::vector<std::string> policy_names();
+TANDEM_API std::vector<std::string> policy_names();  // the registered names, sorted
 
 inline constexpr double kMaxOpenLoopRateQps = 1e6;
 
