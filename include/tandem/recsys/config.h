@@ -3,7 +3,7 @@
 // widths, embedding tables, interaction, behaviour sequence), read from JSON with strict checks.
 //
 // The model zoo (configs/recsys/zoo.json, also compiled into the library) holds the DeepRecSys /
-// MLPerf-style sizes of specs/recsys.md (RM1, RM2, RM3, WnD, DIN, BST, a DLRM benchmark) plus tiny
+// MLPerf-style sizes of the recsys spec (RM1, RM2, RM3, WnD, DIN, BST, a DLRM benchmark) plus tiny
 // variants for tests. A config is one JSON object:
 //
 //   {"kind": "dlrm", "dense_features": 13, "bottom_mlp": [64, 16], "top_mlp": [64, 1],

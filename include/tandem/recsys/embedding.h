@@ -3,8 +3,8 @@
 // of raw ids, tables mapped from files larger than memory, and a hot-row cache with hit-rate
 // statistics.
 //
-// Why: in recommendation models the embedding bags are the memory-bound half of the work (specs/
-// recsys.md §2.8). A table stores `rows` rows of `dim` values; an int8 row is `dim` uint8 codes q
+// Why: in recommendation models the embedding bags are the memory-bound half of the work (the
+// recsys spec §2.8). A table stores `rows` rows of `dim` values; an int8 row is `dim` uint8 codes q
 // followed by an f32 scale and an f32 bias, value = q * scale + bias (the FBGEMM row-wise layout).
 // A pooled lookup reads, for each bag b, the rows ids[offsets[b] .. offsets[b+1]) and writes their
 // sum (or mean) as f32. Raw ids (any int64) map to rows with hash_id() when a table is hashed.

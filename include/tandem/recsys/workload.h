@@ -5,7 +5,7 @@
 // Index generators return rows in [0, rows). Zipf(s) draws rank k with probability ∝ k^-s by
 // rejection inversion (Hörmann and Derflinger, 1996), O(1) per draw for any table size; s = 0 is
 // uniform. Ranks go through a fixed pseudo-random permutation of the rows (x -> (a x + b) mod rows,
-// gcd(a, rows) = 1), so hot rows are not contiguous (specs/recsys.md §2.9). The stack-distance
+// gcd(a, rows) = 1), so hot rows are not contiguous (the recsys spec §2.9). The stack-distance
 // generator reproduces the LRU reuse profile of a trace (DLRM's trace_profile / trace_generate_lru
 // idea): sample a distance d from the profile; d = 0 takes the next never-seen row, else the row at
 // LRU depth d is re-referenced and moves to the top. profile_stack_distances() measures a trace.

@@ -18,11 +18,11 @@
 //                 as the spec writes it: p(2 − pλ)/(2(1 − pλ)) + t, +∞ when pλ ≥ 1 (at λ → 0
 //                 it is p + t: the sojourn counts one service of the bottleneck on top of t);
 //   medium        medium_s = Σ_S T_comm(S), one frame's time on the shared medium;
-//   redundancy    Σ share FLOPs / the model's useful FLOPs (chain.h) − 1; utilisation = a device's
-//   compute / period; memory        per device: the weights of every segment it holds + its largest
-//   tile
-//                 working set (inputs + output of one node); evaluate() throws Infeasible naming
-//                 the device when that exceeds its mem_bytes.
+//   redundancy    Σ share FLOPs / the model's useful FLOPs (chain.h) − 1;
+//   utilisation   a device's compute / period;
+//   memory        per device: the weights of every segment it holds + its largest tile working
+//                 set (inputs + output of one node); evaluate() throws Infeasible naming the
+//                 device when that exceeds its mem_bytes.
 //
 //   EdgePlan plan = plan_pico(problem, {});                 // planners.h
 //   std::string table = format_table(plan, problem);        // or plan.to_json(problem)
