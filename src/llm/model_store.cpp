@@ -158,38 +158,43 @@ std::string manual_hint(const ModelSource& s, const std::string& dir) {
              ", or pass -m FILE");
 }
 
-struct Stamp {
-  std::string sha256;
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
+// What the stamp records of the file it vouches for. A file replaced by another of the same size
+// and mtime (cp -p, touch -r) still has another inode or change time, which no user can set back.
+struct FileId {
+  uint64_t size = 0, inode = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileId&) const = default;
 };
 
-bool stat_file(const std::string& path, uint64_t* size, int64_t* mtime_ns) {
+bool stat_file(const std::string& path, FileId* id) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  *size = static_cast<uint64_t>(st.st_size);
-  *mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id->size = static_cast<uint64_t>(st.st_size);
+  id->inode = static_cast<uint64_t>(st.st_ino);
+  id->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id->ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
   return true;
 }
 
+// The stamp <path>.sha256: "<digest> <size> <mtime ns> <ctime ns> <inode>".
 bool stamp_matches(const std::string& path, const std::string& sha256) {
-  uint64_t size = 0;
-  int64_t mtime = 0;
-  if (!stat_file(path, &size, &mtime)) return false;
+  FileId now, stamped;
+  if (!stat_file(path, &now)) return false;
   std::ifstream in(path + ".sha256");
-  Stamp s;
-  if (!(in >> s.sha256 >> s.size >> s.mtime_ns)) return false;
-  return s.sha256 == sha256 && s.size == size && s.mtime_ns == mtime;
+  std::string digest;
+  if (!(in >> digest >> stamped.size >> stamped.mtime_ns >> stamped.ctime_ns >> stamped.inode))
+    return false;
+  return digest == sha256 && stamped == now;
 }
 
 void write_stamp(const std::string& path, const std::string& sha256) {
-  uint64_t size = 0;
-  int64_t mtime = 0;
-  if (!stat_file(path, &size, &mtime)) return;
+  FileId id;
+  if (!stat_file(path, &id)) return;
   const std::string tmp = cat(path, ".sha256.tmp.", ::getpid());
   {
     std::ofstream out(tmp);
-    out << sha256 << ' ' << size << ' ' << mtime << '\n';
+    out << sha256 << ' ' << id.size << ' ' << id.mtime_ns << ' ' << id.ctime_ns << ' ' << id.inode
+        << '\n';
     if (!out) return;  // the stamp is an optimisation: without it the file is re-hashed
   }
   std::rename(tmp.c_str(), (path + ".sha256").c_str());

