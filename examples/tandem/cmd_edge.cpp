@@ -152,20 +152,24 @@ int run_edge_run(const EdgePlanOptions& o) {
                runtime_plan.stages.size(), o.frames);
   sched::Pipeline pipe(runtime_plan, cluster, workers, po);
   const sched::RunReport r = pipe.run(frames(image, o.frames));
-  // Steady state from the last stage's completions: the period is the mean gap between frames
-  // leaving it (makespan / frames for one frame), the latency the first frame's (the pipeline
-  // empty when it entered).
+  // Steady state from the stage timelines: the period is the mean gap between frames leaving the
+  // last stage, the latency the first frame's, from when the first stage took it (building the
+  // stages, which the run also times, is left out) to when it left the last.
   std::vector<double> done;
-  for (const auto& t : r.timelines)
-    if (t.kind == "stage") {
-      done.clear();
-      for (const auto& iv : t.intervals) done.push_back(iv.end_s);
-    }
+  double first_start = -1;
+  for (const auto& t : r.timelines) {
+    if (t.kind != "stage") continue;
+    if (first_start < 0)
+      for (const auto& iv : t.intervals)
+        first_start = first_start < 0 ? iv.start_s : std::min(first_start, iv.start_s);
+    done.clear();
+    for (const auto& iv : t.intervals) done.push_back(iv.end_s);
+  }
   std::sort(done.begin(), done.end());
   const double period = done.size() > 1
                             ? (done.back() - done.front()) / static_cast<double>(done.size() - 1)
                             : r.makespan_s;
-  const double latency = done.empty() ? r.makespan_s : done.front();
+  const double latency = done.empty() ? r.makespan_s : done.front() - std::max(0.0, first_start);
   nlohmann::json j = r.to_json();
   j["system"] = o.system;
   j["frames"] = o.frames;

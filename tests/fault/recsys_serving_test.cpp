@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "../recsys/recsys_device.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/workload.h"
@@ -76,7 +77,7 @@ class FaultyExecutor final : public Executor {
     cv_.wait(lk, [&] { return open_; });
   }
 
-  CpuExecutor inner_;
+  CpuExecutor inner_{test_cpu_profile()};
   int64_t dense_;
   int last_node_;
   std::mutex mu_;
