@@ -5,9 +5,9 @@
 #include <cstring>
 #include <new>
 
-#include "kernels/cpu_info.h"
 #include "cpu_kernels.h"
 #include "cpu_stream.h"
+#include "kernels/cpu_info.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/core/tensor.h"

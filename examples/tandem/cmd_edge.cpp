@@ -53,15 +53,40 @@ std::string row(const cnn::edge::EdgePlan& p, double single_period) {
   return buf;
 }
 
-int run_edge_plan(const EdgePlanOptions& o) {
-  const ClusterSpec cluster = ClusterSpec::from_json_file(o.cluster);
-  const cnn::Graph g = cnn::import_onnx(o.model);
-  const cnn::edge::Chain chain = cnn::edge::linearise(g);
-  const cnn::edge::AnalyticCostModel cost;
-  const cnn::edge::EdgeProblem pb = cnn::edge::make_problem(chain, cluster, cost);
+// What both subcommands plan over, loaded once. The chain points at the graph and the problem at
+// the chain and the cost model, so this stays where it is built.
+struct EdgeSetup {
+  explicit EdgeSetup(const EdgePlanOptions& o)
+      : cluster(ClusterSpec::from_json_file(o.cluster)),
+        graph(cnn::import_onnx(o.model)),
+        chain(cnn::edge::linearise(graph)),
+        problem(cnn::edge::make_problem(chain, cluster, cost)) {}
+  EdgeSetup(const EdgeSetup&) = delete;
+  EdgeSetup& operator=(const EdgeSetup&) = delete;
+  ClusterSpec cluster;
+  cnn::Graph graph;
+  cnn::edge::Chain chain;
+  cnn::edge::AnalyticCostModel cost;
+  cnn::edge::EdgeProblem problem;
+};
+
+cnn::edge::PlanOptions plan_options(const EdgePlanOptions& o) {
   cnn::edge::PlanOptions po{
       .lambda = o.lambda, .allow_idle_devices = o.allow_idle, .refine_mapping = o.refine};
   if (o.latency_cap_s > 0) po.latency_cap_s = o.latency_cap_s;
+  return po;
+}
+
+void print_header(const EdgePlanOptions& o, const EdgeSetup& e) {
+  std::printf("%s on %s: %d pieces, %.2f GFLOP; %zu devices, medium %.2f MB/s\n\n", o.model.c_str(),
+              o.cluster.c_str(), e.chain.size(), e.chain.total_flops() * 1e-9,
+              e.problem.devices.size(), e.problem.medium.bandwidth_bytes_per_s / 1e6);
+}
+
+int run_edge_plan(const EdgePlanOptions& o) {
+  const EdgeSetup e(o);
+  const cnn::edge::EdgeProblem& pb = e.problem;
+  const cnn::edge::PlanOptions po = plan_options(o);
   if (o.system != "all") {
     const cnn::edge::EdgePlan plan = cnn::edge::plan_system(o.system, pb, po);
     if (o.output == "json") {
@@ -70,9 +95,7 @@ int run_edge_plan(const EdgePlanOptions& o) {
       j["cluster"] = o.cluster;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("%s on %s: %d pieces, %.2f GFLOP; %zu devices, medium %.2f MB/s\n\n",
-                  o.model.c_str(), o.cluster.c_str(), chain.size(), chain.total_flops() * 1e-9,
-                  pb.devices.size(), pb.medium.bandwidth_bytes_per_s / 1e6);
+      print_header(o, e);
       std::printf("%s", cnn::edge::format_table(plan, pb).c_str());
     }
     return 0;
@@ -90,22 +113,13 @@ int run_edge_plan(const EdgePlanOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%s on %s: %d pieces, %.2f GFLOP; %zu devices, medium %.2f MB/s\n\n", o.model.c_str(),
-              o.cluster.c_str(), chain.size(), chain.total_flops() * 1e-9, pb.devices.size(),
-              pb.medium.bandwidth_bytes_per_s / 1e6);
+  print_header(o, e);
   std::printf(
       "| system | stages | period s | latency s | frames/s | vs single | redundancy | "
       "utilisation | MB/frame | medium s | planner s |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& p : plans) std::printf("%s", row(p, single).c_str());
   return 0;
-}
-
-cnn::edge::PlanOptions plan_options(const EdgePlanOptions& o) {
-  cnn::edge::PlanOptions po{
-      .lambda = o.lambda, .allow_idle_devices = o.allow_idle, .refine_mapping = o.refine};
-  if (o.latency_cap_s > 0) po.latency_cap_s = o.latency_cap_s;
-  return po;
 }
 
 std::vector<sched::Request> frames(const Tensor& image, int n) {
@@ -134,11 +148,10 @@ std::pair<double, bool> compare(const Tensor& a, const Tensor& b) {
 
 int run_edge_run(const EdgePlanOptions& o) {
   if (o.system == "all") throw InvalidArgument("edge run: give one --system");
-  const ClusterSpec cluster = ClusterSpec::from_json_file(o.cluster);
-  const cnn::Graph g = cnn::import_onnx(o.model);
-  const cnn::edge::Chain chain = cnn::edge::linearise(g);
-  const cnn::edge::AnalyticCostModel cost;
-  const cnn::edge::EdgeProblem pb = cnn::edge::make_problem(chain, cluster, cost);
+  const EdgeSetup e(o);
+  const cnn::edge::EdgeProblem& pb = e.problem;
+  const cnn::Graph& g = e.graph;
+  const ClusterSpec& cluster = e.cluster;
   const cnn::edge::EdgePlan plan = cnn::edge::plan_system(o.system, pb, plan_options(o));
   const sched::PipelinePlan runtime_plan =
       cnn::edge::to_pipeline_plan(plan, pb, o.model, o.cluster);

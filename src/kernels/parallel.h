@@ -65,19 +65,26 @@ class FirstError {
   std::atomic<bool> failed_{false};
 };
 
-// Threads of the team for n items, 1 when the loop should run on the calling thread.
-inline int team_for(int64_t n, int threads) {
-  return static_cast<int>(std::min<int64_t>(std::max(threads, 1), n));
+// Number of threads parallel_for will use for n items.
+inline int team_size(int64_t n, int threads) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(std::max(threads, 1), n)));
+}
+
+// The team for n items on up to `threads` threads; when that is one thread (or no items), runs
+// the loop on the calling thread and returns 0.
+template <class F>
+int team_or_run_here(int64_t n, int threads, F& body) {
+  if (n <= 0) return 0;
+  const int team = team_size(n, threads);
+  if (team > 1) return team;
+  for (int64_t i = 0; i < n; ++i) body(i, 0);
+  return 0;
 }
 
 template <class F>
 void parallel_for(int64_t n, int threads, F&& body) {
-  if (n <= 0) return;
-  const int team = team_for(n, threads);
-  if (team == 1) {
-    for (int64_t i = 0; i < n; ++i) body(i, 0);
-    return;
-  }
+  const int team = team_or_run_here(n, threads, body);
+  if (team == 0) return;
   FirstError error;
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -96,12 +103,8 @@ void parallel_for(int64_t n, int threads, F&& body) {
 // handing them out one at a time would cost more than the work. Exceptions as parallel_for.
 template <class F>
 void parallel_for_static(int64_t n, int threads, F&& body) {
-  if (n <= 0) return;
-  const int team = team_for(n, threads);
-  if (team == 1) {
-    for (int64_t i = 0; i < n; ++i) body(i, 0);
-    return;
-  }
+  const int team = team_or_run_here(n, threads, body);
+  if (team == 0) return;
   FirstError error;
 #pragma omp parallel num_threads(team)
   {
@@ -113,11 +116,6 @@ void parallel_for_static(int64_t n, int threads, F&& body) {
     }
   }
   error.rethrow();
-}
-
-// Number of threads parallel_for will use for n items.
-inline int team_size(int64_t n, int threads) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(std::max(threads, 1), n)));
 }
 
 }  // namespace tandem::cpu

@@ -122,7 +122,6 @@ int64_t bounded(const JsonField& f, int64_t max) {
   return v;
 }
 
-
 std::vector<int64_t> widths(const JsonField& f) {
   std::vector<int64_t> out;
   const size_t n = f.array_size();

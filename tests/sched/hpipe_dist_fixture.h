@@ -18,6 +18,7 @@
 
 #include "../src/llm/sha256.h"
 #include "sched/child_worker.h"
+#include "sched/sched_test_util.h"
 #include "tandem/llm/hpipe.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/synthetic_model.h"
@@ -164,20 +165,7 @@ class HpipeDist : public ::testing::Test {
     }
   }
   // dev1 slow so that slices are in flight when it dies.
-  static ClusterSpec slow_middle_cluster() {
-    ClusterSpec c;
-    for (int i = 0; i < 3; ++i) {
-      DeviceProfile d;
-      d.name = "dev" + std::to_string(i);
-      d.peak_flops = 1e10;
-      d.mem_bandwidth_bytes_per_s = 1e10;
-      d.mem_bytes = 1e9;
-      d.threads = 1;
-      d.speed_factor = i == 1 ? 0.1 : 1.0;
-      c.devices.push_back(d);
-    }
-    return c;
-  }
+  static ClusterSpec slow_middle_cluster() { return test::slow_middle_cluster(0.1); }
 
   inline static fs::path suite_dir_;
   inline static std::string model_path_;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the sched runtime tests: sched.mlp plans, requests, bit-exact comparison.
+// Helpers shared by the sched runtime tests: sched.mlp plans, requests, bit-exact comparison, the
+// three-device cluster whose slow middle device keeps packets in flight when a fault hits.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,10 +10,28 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/cluster.h"
 #include "tandem/sched/mlp_stage.h"
 #include "tandem/sched/pipeline.h"
 
 namespace tandem::sched::test {
+
+// dev0, dev1, dev2 (one thread each); dev1 runs at `slow` of this machine's speed.
+inline ClusterSpec slow_middle_cluster(double slow) {
+  ClusterSpec c;
+  for (int i = 0; i < 3; ++i) {
+    DeviceProfile d;
+    d.name = "dev";
+    d.name += std::to_string(i);
+    d.peak_flops = 1e10;
+    d.mem_bandwidth_bytes_per_s = 1e10;
+    d.mem_bytes = 1e9;
+    d.threads = 1;
+    d.speed_factor = i == 1 ? slow : 1.0;
+    c.devices.push_back(d);
+  }
+  return c;
+}
 
 // A plan of `devices.size()` sched.mlp stages over `layers` layers (split as evenly as possible).
 inline PipelinePlan mlp_plan(const std::vector<std::string>& devices, int layers, int d,

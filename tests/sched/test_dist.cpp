@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "child_worker.h"
-#include "common/temp_dir.h"
 #include "sched_test_util.h"
 #include "tandem/sched/client.h"
 
@@ -77,17 +76,7 @@ void run_with_fault(SchedDist* self, std::map<std::string, std::string> map, Chi
   const auto plan = mlp_plan({"dev0", "dev1", "dev2"}, 6, 96);
   const std::vector<int64_t> slices = {16, 16, 16, 16};
   // The slow middle device keeps packets in flight when the fault hits.
-  ClusterSpec c;
-  for (int i = 0; i < 3; ++i) {
-    DeviceProfile d;
-    d.name = "dev" + std::to_string(i);
-    d.peak_flops = 1e10;
-    d.mem_bandwidth_bytes_per_s = 1e10;
-    d.mem_bytes = 1e9;
-    d.threads = 1;
-    d.speed_factor = i == 1 ? 0.05 : 1.0;
-    c.devices.push_back(d);
-  }
+  const ClusterSpec c = test::slow_middle_cluster(0.05);
   Pipeline pipe(plan, c, map, o);
   std::map<uint64_t, int> delivered;
   bool faulted = false;
@@ -182,15 +171,7 @@ TEST_F(SchedDist, KilledWorkerReplanReSplitsTheLayersOverTheSurvivors) {
       if (std::find(failed.begin(), failed.end(), d) == failed.end()) survivors.push_back(d);
     return mlp_plan(survivors, 6, 96, false);
   };
-  ClusterSpec c;
-  for (int i = 0; i < 3; ++i) {  // the slow middle device keeps packets in flight
-    DeviceProfile d;
-    d.name = tandem::fixtures::numbered("dev", i);
-    d.peak_flops = d.mem_bandwidth_bytes_per_s = 1e10;
-    d.mem_bytes = 1e9;
-    d.speed_factor = i == 1 ? 0.05 : 1.0;
-    c.devices.push_back(d);
-  }
+  const ClusterSpec c = test::slow_middle_cluster(0.05);  // packets in flight at the fault
   Pipeline pipe(plan, c, map, o);
   std::map<uint64_t, int> delivered;
   RunReport r = pipe.run(mlp_requests(8, slices, 96), [&](uint64_t id, const std::vector<Packet>&) {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/dnnl_adapter.h"
 #include "fast_ops.h"
 #include "gemm_f32.h"
+#include "kernels/dnnl_adapter.h"
 #include "kernels/parallel.h"
 #include "tandem/core/backend.h"
 

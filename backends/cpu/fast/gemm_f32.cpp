@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "blas_adapter.h"
-#include "kernels/dnnl_adapter.h"
 #include "isa.h"
+#include "kernels/dnnl_adapter.h"
 #include "kernels/parallel.h"
 #include "tandem/core/error.h"
 #include "tandem/core/log.h"

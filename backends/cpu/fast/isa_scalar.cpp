@@ -7,8 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/dequant.h"
 #include "isa.h"
+#include "kernels/dequant.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cpu::scalar {

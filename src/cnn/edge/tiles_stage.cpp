@@ -29,37 +29,40 @@
 namespace tandem::cnn::edge {
 namespace {
 
-// One imported graph per model path in this process (the stages and the split share it).
-std::shared_ptr<const Graph> graph_of(const std::string& path) {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const Graph>> graphs;
-  std::lock_guard lock(mutex);
-  auto& g = graphs[path];
-  if (!g) g = std::make_shared<const Graph>(import_onnx(path));
-  return g;
-}
-
 struct Segment {
   std::shared_ptr<const Graph> graph;
   int from = -1, to = -1;
   std::vector<int> nodes;
 };
 
-Segment segment_of(const nlohmann::json& c) {
-  auto str = [&](const char* key) {
-    if (!c.contains(key) || !c[key].is_string())
-      throw InvalidArgument(cat("cnn.tiles: '", key, "' must be a string"));
-    return c[key].get<std::string>();
-  };
-  Segment s;
-  s.graph = graph_of(str("model"));
-  s.from = s.graph->find_tensor(str("from"));
-  s.to = s.graph->find_tensor(str("to"));
-  if (s.from < 0 || s.to < 0)
+std::string str(const nlohmann::json& c, const char* key) {
+  if (!c.contains(key) || !c[key].is_string())
+    throw InvalidArgument(cat("cnn.tiles: '", key, "' must be a string"));
+  return c[key].get<std::string>();
+}
+
+// The segment a config names, built once per (model, from, to) in this process: every stage and
+// every frame's split and stitch share it (the ONNX import and the node walk are not repeated).
+std::shared_ptr<const Segment> segment_of(const nlohmann::json& c) {
+  const std::string model = str(c, "model"), from = str(c, "from"), to = str(c, "to");
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const Graph>> graphs;
+  static std::map<std::string, std::shared_ptr<const Segment>> segments;
+  std::lock_guard lock(mutex);
+  auto& seg = segments[model + '\n' + from + '\n' + to];
+  if (seg) return seg;
+  auto& g = graphs[model];
+  if (!g) g = std::make_shared<const Graph>(import_onnx(model));
+  auto s = std::make_shared<Segment>();
+  s->graph = g;
+  s->from = g->find_tensor(from);
+  s->to = g->find_tensor(to);
+  if (s->from < 0 || s->to < 0)
     throw InvalidArgument(
-        cat("cnn.tiles: tensor '", str(s.from < 0 ? "from" : "to"), "' is not in ", str("model")));
-  s.nodes = nodes_between(*s.graph, s.from, s.to);
-  return s;
+        cat("cnn.tiles: tensor '", s->from < 0 ? from : to, "' is not in ", model));
+  s->nodes = nodes_between(*g, s->from, s->to);
+  seg = s;
+  return seg;
 }
 
 Region region_of(const nlohmann::json& j, const Region& full) {
@@ -118,7 +121,7 @@ Region input_needed(const Segment& s, const std::vector<Region>& tiles) {
 class TilesStage final : public sched::Stage {
  public:
   explicit TilesStage(const nlohmann::json& c)
-      : seg_(segment_of(c)),
+      : seg_(*segment_of(c)),
         exec_(*seg_.graph, {.threads = c.value("threads", 1), .winograd = false}),
         tiles_(tiles_of(c.value("share", nlohmann::json()),
                         full_region(seg_.graph->tensor(seg_.to).shape))) {}
@@ -151,7 +154,8 @@ class TilesStage final : public sched::Stage {
 
 std::vector<sched::Packet> split(const sched::Packet& in, const nlohmann::json& config,
                                  const std::vector<nlohmann::json>& shares) {
-  const Segment seg = segment_of(config);
+  const std::shared_ptr<const Segment> held = segment_of(config);
+  const Segment& seg = *held;
   const Region full_out = full_region(seg.graph->tensor(seg.to).shape);
   if (in.tensors.size() != 1) throw InvalidArgument("cnn.tiles: a packet carries one tensor");
   std::vector<sched::Packet> parts;
@@ -167,7 +171,8 @@ std::vector<sched::Packet> split(const sched::Packet& in, const nlohmann::json& 
 
 sched::Packet stitch(std::vector<sched::Packet> parts, const nlohmann::json& config,
                      const std::vector<nlohmann::json>&) {
-  const Segment seg = segment_of(config);
+  const std::shared_ptr<const Segment> held = segment_of(config);
+  const Segment& seg = *held;
   const Shape& shape = seg.graph->tensor(seg.to).shape;
   Tensor whole = Tensor::zeros(shape, DType::kF32);
   for (const sched::Packet& p : parts) {

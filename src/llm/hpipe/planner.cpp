@@ -22,11 +22,6 @@ DeviceProfile priced(const DeviceProfile& d, double override_speed) {
   return p;
 }
 
-double layers_compute_s(const LayerCostModel& cost, int n_layers, const DeviceProfile& d, bool head,
-                        double s, double c) {
-  return cost.layers_s(n_layers, head, s, c, d);
-}
-
 // Seconds to send s tokens' hidden states from device `from` to `to` (0 when they are the same).
 double send_s(const ModelProfile& prof, const ClusterSpec& cl, const std::string& from,
               const std::string& to, double tokens) {
@@ -69,7 +64,7 @@ double stage_cost(const ModelProfile& prof, const LayerCostModel& cost, const Cl
                   size_t m, int a, int b, int prompt_len, int batch) {
   const DeviceProfile& d = cl.devices[m];
   const bool last = m + 1 == cl.devices.size();
-  double t = batch * layers_compute_s(cost, b - a, d, last, prompt_len, 0);
+  double t = batch * cost.layers_s(b - a, last, prompt_len, 0, d);
   if (!last) t += send_s(prof, cl, d.name, cl.devices[m + 1].name, double(batch) * prompt_len);
   return t;
 }
@@ -210,8 +205,8 @@ std::vector<int> slice_tokens(const ModelProfile& prof, const ClusterSpec& cl,
       const double s = tok(e) - tok(b), c = tok(b);
       double worst = 0;
       for (size_t j = 0; j < ns; ++j) {
-        double t = layers_compute_s(model, stages[j].last_layer - stages[j].first_layer, dev[j],
-                                    stages[j].head, s, c);
+        double t = model.layers_s(stages[j].last_layer - stages[j].first_layer, stages[j].head, s,
+                                  c, dev[j]);
         if (j + 1 < ns) t += send_s(prof, cl, dev[j].name, stages[j + 1].device, s);
         worst = std::max(worst, t);
       }

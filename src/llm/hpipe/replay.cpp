@@ -44,9 +44,12 @@ ReplayResult replay_plan(const sched::PipelinePlan& plan, const ClusterSpec& clu
   const size_t ns = ls.stages.size();
   // Each stage runs on its emulated device (the runtime's; its speed factor stretches the time),
   // timed without sleeping: the simulator schedules the measured times.
-  std::vector<sched::EmulatedDevice> devices(ns);
-  for (size_t j = 0; j < ns; ++j)
-    devices[j].speed_factor = cluster.device(ls.stages[j].device).speed_factor;
+  // (options.threads, set below for the whole replay, stands for every device's thread budget).
+  std::vector<sched::EmulatedDevice> devices;
+  for (const StagePlan& s : ls.stages) {
+    devices.push_back(sched::EmulatedDevice::from_profile(cluster.device(s.device)));
+    devices.back().threads = 0;
+  }
   std::vector<std::unique_ptr<sched::Stage>> stages;
   for (const sched::PlanStage& s : plan.stages) stages.push_back(sched::make_stage(s.stage));
 
