@@ -169,7 +169,7 @@ void expect_plan_exact(const std::vector<Tensor>& all, const Chain& chain, const
     std::vector<int> cover(static_cast<size_t>(full.rows() * full.cols()), 0);
     bool rect = false;
     for (const DeviceShare& sh : s.shares) {
-      ASSERT_FALSE(sh.features()) << "feature shares are not in these plans";
+      ASSERT_FALSE(sh.channels()) << "channel shares are not in these plans";
       const Region need = required_regions(g, nodes, {{out, sh.out}})[static_cast<size_t>(in)];
       std::map<int, Tile> inputs{{in, Tile{crop_tensor(carried, need), need}}};
       const Tile tile = ex.run_region(nodes, inputs, {{out, sh.out}}).at(out);

@@ -22,15 +22,15 @@ TileWork share_work(const Stage& s, const DeviceShare& sh, const EdgeProblem& pb
   if (s.first < 0 || s.last >= c.size() || s.first > s.last)
     throw InvalidArgument(cat("edge plan: stage pieces [", s.first, ", ", s.last,
                               "] outside the model's ", c.size(), " pieces"));
-  if (sh.features()) {
+  if (sh.channels()) {
     if (s.first != s.last || !c.piece(s.last).dense)
       throw InvalidArgument(cat("edge plan: device '", sh.device,
-                                "' has a feature share of a stage that is not one dense piece"));
+                                "' has a channel share of a stage that is not one dense piece"));
     const Shape& y = c.piece(s.last).out_shape;
-    if (sh.f0 < 0 || sh.f1 > y[y.rank() - 1])
-      throw InvalidArgument(cat("edge plan: device '", sh.device, "': features [", sh.f0, ", ",
-                                sh.f1, ") outside ", y.to_string()));
-    return c.feature_work(s.last, sh.f0, sh.f1);
+    if (sh.c0 < 0 || sh.c1 > y[y.rank() - 1])
+      throw InvalidArgument(cat("edge plan: device '", sh.device, "': channels [", sh.c0, ", ",
+                                sh.c1, ") outside ", y.to_string()));
+    return c.feature_work(s.last, sh.c0, sh.c1);
   }
   const Region full = c.out_region(s.last);
   if (sh.out.empty() || !full.contains(sh.out))

@@ -22,7 +22,7 @@ Stage feature_stage(const EdgeProblem& pb, int piece) {
   for (size_t k = 0; k < order.size(); ++k)
     if (b[k + 1] > b[k])
       s.shares.push_back(
-          {.device = pb.devices[static_cast<size_t>(order[k])].name, .f0 = b[k], .f1 = b[k + 1]});
+          {.device = pb.devices[static_cast<size_t>(order[k])].name, .c0 = b[k], .c1 = b[k + 1]});
   return s;
 }
 

@@ -17,7 +17,7 @@ std::vector<sched::DeviceShare> group(const Stage& s) {
   std::map<std::string, size_t> at;
   for (const DeviceShare& sh : s.shares) {
     const nlohmann::json one =
-        sh.features() ? nlohmann::json{{"features", {sh.f0, sh.f1}}} : rect(sh.out);
+        sh.channels() ? nlohmann::json{{"channels", {sh.c0, sh.c1}}} : rect(sh.out);
     auto it = at.find(sh.device);
     if (it == at.end()) {
       at[sh.device] = out.size();

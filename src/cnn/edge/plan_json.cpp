@@ -10,7 +10,7 @@ namespace tandem::cnn::edge {
 namespace {
 
 nlohmann::json share_json(const DeviceShare& s) {
-  if (s.features()) return {{"features", {s.f0, s.f1}}};
+  if (s.channels()) return {{"channels", {s.c0, s.c1}}};
   return {{"rows", {s.out.h0, s.out.h1}}, {"cols", {s.out.w0, s.out.w1}}};
 }
 
@@ -88,8 +88,8 @@ std::string format_table(const EdgePlan& plan, const EdgeProblem& pb) {
     std::string devs;
     for (const DeviceShare& sh : s.shares) {
       devs += (devs.empty() ? "" : ", ") + sh.device + ": ";
-      if (sh.features())
-        devs += cat("features ", sh.f0, "-", sh.f1);
+      if (sh.channels())
+        devs += cat("channels ", sh.c0, "-", sh.c1);
       else if (sh.out == c.out_region(s.last))
         devs += "all";
       else

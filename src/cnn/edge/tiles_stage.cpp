@@ -85,9 +85,9 @@ Region region_of(const nlohmann::json& j, const Region& full) {
 std::vector<Region> tiles_of(const nlohmann::json& share, const Region& full) {
   if (share.is_null() || share.empty()) return {full};
   if (!share.is_object()) throw InvalidArgument("cnn.tiles: a share must be an object");
-  if (share.contains("features"))
+  if (share.contains("channels"))
     throw InvalidArgument(
-        "cnn.tiles: feature shares (a fully connected layer split by outputs) "
+        "cnn.tiles: channel shares (a layer split by output channels or features) "
         "are not run yet");
   if (!share.contains("tiles")) return {region_of(share, full)};
   std::vector<Region> out;

@@ -3,7 +3,8 @@
 //
 // What: a plan is a list of stages; a stage is a segment of pieces [first, last] (chain.h) run by a
 // group of devices, each computing its share of the segment's output: a Region (row band or 2-D
-// tile, with its halo recomputed) or a range of output features (a dense piece). A device may hold
+// tile, with its halo recomputed) and/or a range of output channels of the segment's last piece
+// (features of a dense piece; channel or hybrid mode of a conv segment). A device may hold
 // several shares of one stage (EFL's stolen tiles). Stages form a pipeline (PICO, PipeEdge: frames
 // overlap, period = the slowest stage) or run one after another for each frame (LW, EFL, OFL,
 // single: period = latency).
@@ -43,9 +44,10 @@ namespace tandem::cnn::edge {
 
 struct DeviceShare {
   std::string device;
-  Region out{};            // the share of the segment's output map (empty for a feature share)
-  int64_t f0 = 0, f1 = 0;  // output features [f0, f1) of a dense piece (f1 > f0: a feature share)
-  bool features() const { return f1 > f0; }
+  Region out{};            // the share of the segment's output map (empty for a dense piece)
+  int64_t c0 = 0, c1 = 0;  // output channels [c0, c1) of the last piece (c1 > c0: a channel share;
+                           // features of a dense piece; c1 == 0: every channel)
+  bool channels() const { return c1 > c0; }
 };
 
 struct Stage {
@@ -109,8 +111,9 @@ TANDEM_API StageMetrics stage_cost(const Stage& stage, const EdgeProblem& proble
 // The plan as the runtime's sched::PipelinePlan (system, cluster name, stages, predicted): a stage
 // of kind "cnn.tiles" per stage, configured {"kind": "cnn.tiles", "model": model, "pieces":
 // [first, last], "from": input tensor, "to": output tensor}; a device's share is {"rows": [h0,
-// h1], "cols": [w0, w1]}, {"tiles": [{"rows", "cols"}, ...]} when it holds several (EFL), or
-// {"features": [f0, f1]}; predicted: latency, period, frames/s, T(S) per stage, and in its extra
+// h1], "cols": [w0, w1]}, {"tiles": [{"rows", "cols"}, ...]} when it holds several (EFL), and
+// "channels": [c0, c1] when it computes only those output channels (alone for a dense piece,
+// whose output has no rows); predicted: latency, period, frames/s, T(S) per stage, and in its extra
 // "pipelined" and the metrics of to_json. A plan that is not pipelined runs one frame at a time.
 TANDEM_API sched::PipelinePlan to_pipeline_plan(const EdgePlan& plan, const EdgeProblem& problem,
                                                 const std::string& model,
