@@ -5,7 +5,8 @@
 // prints every system side by side. `tandem edge run` plans, then runs a stream of frames through
 // the plan on the pipeline runtime (cnn.tiles stages; emulated devices and links in process, or
 // `tandem worker`s) and prints the measured period and latency beside the prediction, the stage
-// timelines and, with --verify, the comparison with the single-device run.
+// timelines and, with --verify, the comparison with the single-device run. `tandem edge compare`
+// (edge_compare.cpp) sweeps systems x models x bandwidths, predicted and replayed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,7 +15,10 @@
 #include <memory>
 
 #include "commands.h"
+#include "edge_compare.h"
+#include "tandem/cnn/edge/measure.h"
 #include "tandem/cnn/edge/planners.h"
+#include "tandem/cnn/edge/replan.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
 #include "tandem/core/cluster.h"
@@ -33,6 +37,7 @@ struct EdgePlanOptions {
   bool allow_idle = false;
   bool refine = false;
   std::string output = "md";
+  std::string cost = "analytic";
   // edge run
   int frames = 8;
   std::vector<std::string> workers;  // device=endpoint
@@ -60,14 +65,23 @@ struct EdgeSetup {
       : cluster(ClusterSpec::from_json_file(o.cluster)),
         graph(cnn::import_onnx(o.model)),
         chain(cnn::edge::linearise(graph)),
-        problem(cnn::edge::make_problem(chain, cluster, cost)) {}
+        cost(make_cost(o)),
+        problem(cnn::edge::make_problem(chain, cluster, *cost)) {}
   EdgeSetup(const EdgeSetup&) = delete;
   EdgeSetup& operator=(const EdgeSetup&) = delete;
   ClusterSpec cluster;
   cnn::Graph graph;
   cnn::edge::Chain chain;
-  cnn::edge::AnalyticCostModel cost;
+  std::unique_ptr<cnn::edge::EdgeCostModel> cost;
   cnn::edge::EdgeProblem problem;
+
+ private:
+  std::unique_ptr<cnn::edge::EdgeCostModel> make_cost(const EdgePlanOptions& o) const {
+    if (o.cost == "analytic") return std::make_unique<cnn::edge::AnalyticCostModel>();
+    std::fprintf(stderr, "edge: profiling %d pieces on this host...\n", chain.size());
+    cnn::edge::TileBench bench(chain);
+    return std::make_unique<cnn::edge::ProfiledCostModel>(chain, cnn::edge::profile_pieces(bench));
+  }
 };
 
 cnn::edge::PlanOptions plan_options(const EdgePlanOptions& o) {
@@ -158,6 +172,9 @@ int run_edge_run(const EdgePlanOptions& o) {
   const std::map<std::string, std::string> workers = worker_map(o.workers, "edge run");
   sched::PipelineOptions po;
   if (!o.key.empty()) po.key = sched::ClusterKey::load(o.key);
+  // A lost worker: the same system planned again over the devices left.
+  po.replan_plan =
+      cnn::edge::replan_over_survivors(o.system, pb, o.model, o.cluster, plan_options(o));
   const Tensor image = Tensor::from_vector(
       std::vector<float>(static_cast<size_t>(g.tensor(g.inputs()[0]).shape.numel()), 0.5f),
       g.tensor(g.inputs()[0]).shape, DType::kF32);
@@ -191,6 +208,7 @@ int run_edge_run(const EdgePlanOptions& o) {
   const double pred = plan.metrics.period_s;
   std::printf("%s on %s, %s: %d frames in %.3f s\n", o.model.c_str(), o.cluster.c_str(),
               o.system.c_str(), o.frames, r.makespan_s);
+  for (const std::string& e : r.events) std::printf("event: %s\n", e.c_str());
   std::printf("| timeline | device | packets | busy s | utilisation |\n|---|---|---|---|---|\n");
   for (const auto& t : j["timelines"])
     std::printf("| %s | %s | %d | %.4f | %.1f%% |\n", t["name"].get<std::string>().c_str(),
@@ -241,6 +259,12 @@ void add_plan_options(CLI::App* sub, EdgePlanOptions& o) {
       ->check(number_in(0, 1e9));
   sub->add_option("--latency-cap", o.latency_cap_s, "PICO's T_lim in seconds (0: none)")
       ->check(number_in(0, 1e9));
+  sub->add_option("--cost", o.cost,
+                  "Cost model: analytic (PICO eq. 5, alpha 1: the cluster file alone) or profiled "
+                  "(every piece timed on this host first, carried to each device by its speed "
+                  "factor: predictions within a few % of the engine)")
+      ->check(CLI::IsMember({"analytic", "profiled"}))
+      ->capture_default_str();
   sub->add_flag("--allow-idle", o.allow_idle,
                 "PICO: let the DP leave devices idle (the paper uses all of them)");
   sub->add_flag("--refine", o.refine,
@@ -270,7 +294,12 @@ const CommandRegistration kReg([](CLI::App& app) {
   run->add_option("--key", o->key, "Cluster CURVE key file for tcp:// workers");
   run->add_flag("--verify", o->verify, "Compare every output with the single-device run");
   run->add_option("--json", o->json_path, "Write the report as JSON");
-  return Command{edge, [o, run] { return *run ? run_edge_run(*o) : run_edge_plan(*o); }};
+  auto compare_fn = std::make_shared<std::function<int()>>();
+  CLI::App* compare = add_edge_compare(edge, *compare_fn);
+  return Command{edge, [o, run, compare, compare_fn] {
+                   if (*compare) return (*compare_fn)();
+                   return *run ? run_edge_run(*o) : run_edge_plan(*o);
+                 }};
 });
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "cnn_test_util.h"
 #include "region_check.h"
+#include "tandem/cnn/edge/measure.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
@@ -352,18 +353,20 @@ TEST(CnnEdge, ApicoPicksTheFusedPlanAtLightLoadOnlyWhenItIsFaster) {
   EXPECT_TRUE(std::isinf(md1_mean_latency_s(0.1, 0.3, 10)));
 }
 
+// The message of the tandem::Error `f` throws ("no error" when it returns).
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(CnnEdge, BadInputsNameTheFieldOrDevice) {
   const Branchy b;
   const Chain& chain = b.chain;
   const AnalyticCostModel& cost = b.cost;
-  auto message = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
   // Negative speed: the cluster reader names the JSON path, make_problem the device.
   nlohmann::json j = cluster(2, 1e7).to_json();
   j["devices"][1]["speed_factor"] = -0.5;
@@ -390,6 +393,59 @@ TEST(CnnEdge, BadInputsNameTheFieldOrDevice) {
   EXPECT_NE(message([&] { plan_single(none); }).find("no device can hold"), std::string::npos);
   EXPECT_NE(message([&] { plan_system("magic", pb); }).find("unknown system 'magic'"),
             std::string::npos);
+}
+
+// Profiled tables and replay (measure.h), without asserting any timing: the tables' shape, the
+// interpolation arithmetic on a hand-made profile, the speed factor applied once, replay's
+// structure against the prediction's, and malformed profiles named.
+TEST(CnnEdge, ProfiledTablesInterpolateAndReplayMirrorsThePlan) {
+  const Branchy b;
+  const Chain& chain = b.chain;
+  TileBench bench(chain, 1);
+  const PieceProfile measured = profile_pieces(bench);
+  ASSERT_EQ(static_cast<int>(measured.pieces.size()), chain.size());
+  for (const PieceTimes& t : measured.pieces) {
+    EXPECT_EQ(t.fraction.back(), 1.0);
+    for (double s : t.host_s) EXPECT_GT(s, 0);
+  }
+  const PieceProfile again = PieceProfile::from_json(measured.to_json(), chain.size());
+  EXPECT_EQ(again.pieces[0].host_s, measured.pieces[0].host_s);
+
+  // Every piece: 2 ms for its top half, 3 ms for the whole map (a fixed 1 ms per call).
+  PieceProfile made;
+  for (int i = 0; i < chain.size(); ++i) made.pieces.push_back({{0.5, 1.0}, {2e-3, 3e-3}});
+  const ProfiledCostModel cost(chain, made);
+  const int last = chain.size() - 1;
+  EXPECT_NEAR(cost.host_s(chain.tile_work(last, last, chain.out_region(last))), 3e-3, 1e-12);
+  DeviceProfile slow;
+  slow.name = "slow";
+  slow.speed_factor = 0.25;
+  EXPECT_NEAR(cost.compute_s(chain.tile_work(last, last, chain.out_region(last)), slow), 4 * 3e-3,
+              1e-12);
+  // About a quarter of the first piece's rows: below the table, on the line through its points
+  // (2 ms + 2 ms per unit of fraction above one half).
+  const Region full0 = chain.out_region(0);
+  const Region quarter{0, full0.rows() / 4, full0.w0, full0.w1};
+  const double f = static_cast<double>(quarter.rows()) / static_cast<double>(full0.rows());
+  EXPECT_NEAR(cost.host_s(chain.tile_work(0, 0, quarter)), 2e-3 + 2e-3 * (f - 0.5), 1e-12);
+
+  const EdgeProblem pb = make_problem(chain, cluster(3, 1e8), cost);
+  const EdgePlan plan = plan_pico(pb);
+  const Metrics m = replay(plan, pb, bench);
+  ASSERT_EQ(m.stages.size(), plan.metrics.stages.size());
+  EXPECT_GT(m.period_s, 0);
+  EXPECT_DOUBLE_EQ(m.bytes_moved, plan.metrics.bytes_moved);  // same shares, same transfers
+  EXPECT_DOUBLE_EQ(m.redundancy, plan.metrics.redundancy);
+
+  nlohmann::json bad = made.to_json();
+  EXPECT_NE(message([&] { PieceProfile::from_json(bad, chain.size() + 1); }).find("another model"),
+            std::string::npos);
+  bad["pieces"][2]["fraction"] = {1.0, 0.5};
+  EXPECT_NE(message([&] { PieceProfile::from_json(bad, chain.size()); }).find("piece 2"),
+            std::string::npos);
+  const Branchy other;
+  TileBench foreign(other.chain, 1);
+  EXPECT_NE(message([&] { replay(plan, pb, foreign); }).find("another chain"), std::string::npos);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ TileWork Chain::tile_work(int first, int last, const Region& out) const {
   const Graph& g = *g_;
   const std::vector<int> nodes = segment_nodes(first, last);
   const std::vector<Region> need = required_regions(g, nodes, {{piece(last).out_tensor, out}});
-  TileWork w;
+  TileWork w{.first = first, .last = last, .out = out};
   for (int id : nodes) {
     const Node& n = g.node(id);
     NodeWork nw{.node = id};
@@ -125,7 +125,7 @@ TileWork Chain::feature_work(int p, int64_t f0, int64_t f1) const {
   TANDEM_CHECK(pc.dense) << "feature_work on piece " << p << " (" << pc.name << "), not a Gemm";
   const int64_t f = pc.out_shape[pc.out_shape.rank() - 1];
   const double part = static_cast<double>(f1 - f0) / static_cast<double>(f);
-  TileWork w;
+  TileWork w{.first = p, .last = p, .c0 = f0, .c1 = f1};
   w.in_bytes = region_bytes(g_->tensor(pc.in_tensor).shape, Region{});
   w.out_bytes = pc.out_bytes * part;
   w.flops = pc.flops * part;

@@ -56,11 +56,14 @@ struct NodeWork {
   double out_bytes = 0;  // the region of its output it writes
 };
 struct TileWork {
+  int first = -1, last = -1;  // the segment's pieces
+  Region out{};               // the output region computed (empty: a dense piece's features)
+  int64_t c0 = 0, c1 = 0;     // the last piece's output channels (c1 > c0), else all of them
   double flops = 0;           // Σ nodes (halo included)
   double in_bytes = 0;        // the segment input region the tile needs (received)
   double out_bytes = 0;       // the tile's output (sent back)
   double act_peak_bytes = 0;  // max over nodes of inputs + output regions (working memory)
-  std::vector<NodeWork> nodes;
+  std::vector<NodeWork> nodes{};
 };
 
 class TANDEM_API Chain {
