@@ -219,7 +219,7 @@ RunReport Pipeline::run(
       std::unique_ptr<Stage> local;  // direct_local
       std::unique_ptr<WorkerClient> client;
       EmulatedLink* to_member = nullptr;    // group members: the link from the master and back
-      EmulatedLink* from_member = nullptr;  // (one shared medium per group: medium_mutex)
+      EmulatedLink* from_member = nullptr;  // (one medium per group, or the cluster's)
     };
     struct Node {
       bool is_link = false;
@@ -228,9 +228,12 @@ RunReport Pipeline::run(
       nlohmann::json config;  // the stage's (members add their share)
       std::vector<nlohmann::json> shares;
       GroupOps ops;
-      std::unique_ptr<std::mutex> medium_mutex;
+      std::unique_ptr<std::mutex> own_medium;
+      std::mutex* medium = nullptr;  // held while a transfer of this node is on the air
       EmulatedLink* link = nullptr;
     };
+    // options.shared_medium: every transfer of the run on one medium (one WiFi cell).
+    std::mutex cluster_medium;
     auto link_between = [&](const std::string& a, const std::string& b) -> EmulatedLink* {
       if (!im.opt.emulate_links || a == b || !im.cluster.has_link(a, b)) return nullptr;
       auto& l = im.links["link " + a + "->" + b];
@@ -254,6 +257,7 @@ RunReport Pipeline::run(
           ln.name = "link " + prev + "->" + dev;
           ln.device = dev;
           ln.link = l;
+          if (im.opt.shared_medium) ln.medium = &cluster_medium;
           nodes.push_back(std::move(ln));
         }
       }
@@ -263,7 +267,8 @@ RunReport Pipeline::run(
       sn.config = ps.stage;
       if (ps.is_group()) {
         sn.ops = group_ops_registry().get(ps.kind());
-        sn.medium_mutex = std::make_unique<std::mutex>();
+        sn.own_medium = std::make_unique<std::mutex>();
+        sn.medium = im.opt.shared_medium ? &cluster_medium : sn.own_medium.get();
       }
       for (size_t k = 0; k < ps.devices.size(); ++k) {
         Member m;
@@ -362,7 +367,7 @@ RunReport Pipeline::run(
       std::vector<std::exception_ptr> errors(parts.size());
       auto send = [&](EmulatedLink* l, const Packet& p) {
         if (!l) return;
-        std::lock_guard medium(*n.medium_mutex);
+        std::lock_guard medium(*n.medium);
         l->transmit(packet_bytes(p));
       };
       std::vector<std::thread> threads;
@@ -404,6 +409,8 @@ RunReport Pipeline::run(
               Interval iv{p->request_id, p->micro, now_s(), 0, 0};
               Packet result;
               if (n.is_link) {
+                std::unique_lock medium =
+                    n.medium ? std::unique_lock(*n.medium) : std::unique_lock<std::mutex>();
                 iv.compute_s = n.link->transmit(packet_bytes(*p)).delay_s;
                 result = std::move(*p);
               } else if (n.members.size() == 1) {

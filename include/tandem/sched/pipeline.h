@@ -88,6 +88,9 @@ struct PipelineOptions {
   // After a request's last micro-batch passes a stage, call its reset(request_id) (frees KV
   // caches). false keeps the state, e.g. for decode steps that follow a pipelined prefill.
   bool reset_finished = true;
+  // Emulated links: false, each link and each group's member transfers its own medium; true, one
+  // medium for every transfer of the run (a single WiFi cell, as the edge planners assume).
+  bool shared_medium = false;
   int max_replans = 4;
   double run_timeout_s = 600;  // the whole run; TransportError past it
 };
