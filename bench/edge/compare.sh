@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 cluster=${1:-configs/clusters/pico-8.json}
 mbps=${2:-50,100,300,1000}
 shift 2 || true
-models=${*:-resnet34 vgg16 yolov2_tiny inception_v3 mobilenet_v2}
+models=${*:-resnet34 vgg16 yolov2 inception_v3 mobilenet_v2}
 name=$(basename "$cluster" .json)
 out=docs/results/edge-compare-$name-$(date +%Y%m%d)
 args=()

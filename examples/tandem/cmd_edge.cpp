@@ -19,6 +19,7 @@
 #include "tandem/cnn/edge/measure.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/cnn/edge/replan.h"
+#include "tandem/cnn/edge/simulate.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
 #include "tandem/core/cluster.h"
@@ -224,12 +225,24 @@ int run_edge_run(const EdgePlanOptions& o) {
       }
   compute /= o.frames;
   around /= o.frames;
+  // The runtime's own schedule (simulate.h) with the plan's compute predictions, and with every
+  // share's tile timed on this host (the simulator's error against this run, without the cost
+  // model's).
+  const cnn::edge::RuntimeSimOptions so{.frames = std::max(2, o.frames), .shared_medium = true};
+  const cnn::edge::RuntimeSim sim = cnn::edge::simulate_runtime(plan, pb, so);
+  cnn::edge::TileBench bench(e.chain);
+  const cnn::edge::TimedCostModel timed(bench);
+  cnn::edge::EdgeProblem timed_pb = pb;
+  timed_pb.cost = &timed;
+  const cnn::edge::RuntimeSim sim_timed = cnn::edge::simulate_runtime(plan, timed_pb, so);
   nlohmann::json j = r.to_json();
   j["system"] = o.system;
   j["frames"] = o.frames;
   j["measured"] = {{"period_s", period}, {"latency_s", latency}, {"makespan_s", r.makespan_s}};
   j["predicted_period_bound_s"] = bound;
   j["per_frame"] = {{"compute_s", compute}, {"stage_overhead_s", around}};
+  j["simulated"] = {{"period_s", sim.period_s}, {"latency_s", sim.latency_s}};
+  j["simulated_timed"] = {{"period_s", sim_timed.period_s}, {"latency_s", sim_timed.latency_s}};
   j["predicted"] = runtime_plan.predicted.to_json();
   const double pred = plan.metrics.period_s;
   std::printf("%s on %s, %s: %d frames in %.3f s\n", o.model.c_str(), o.cluster.c_str(),
@@ -242,6 +255,13 @@ int run_edge_run(const EdgePlanOptions& o) {
                 t["busy_s"].get<double>(), 100 * t["utilisation"].get<double>());
   std::printf("per frame: %.4f s compute, %.4f s in the stages around it (%.1f%% of compute)\n",
               compute, around, compute > 0 ? 100 * around / compute : 0.0);
+  auto err = [](double model, double meas) { return meas > 0 ? 100 * (model - meas) / meas : 0.0; };
+  std::printf(
+      "runtime simulator: period %.4f s (%+.1f%%), latency %.4f s (%+.1f%%) with the cost model; "
+      "period %.4f s (%+.1f%%), latency %.4f s (%+.1f%%) with every tile timed here\n",
+      sim.period_s, err(sim.period_s, period), sim.latency_s, err(sim.latency_s, latency),
+      sim_timed.period_s, err(sim_timed.period_s, period), sim_timed.latency_s,
+      err(sim_timed.latency_s, latency));
   const double pred_latency = plan.metrics.latency_s;
   std::printf(
       "measured period %.4f s, predicted %.4f s (eq. 9): error %+.1f%% (resource bound %.4f s); "

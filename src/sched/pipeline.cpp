@@ -220,6 +220,7 @@ RunReport Pipeline::run(
       std::unique_ptr<WorkerClient> client;
       EmulatedLink* to_member = nullptr;    // group members: the link from the master and back
       EmulatedLink* from_member = nullptr;  // (one medium per group, or the cluster's)
+      std::mutex* busy = nullptr;           // held while the device computes: one task at a time
     };
     struct Node {
       bool is_link = false;
@@ -234,6 +235,9 @@ RunReport Pipeline::run(
     };
     // options.shared_medium: every transfer of the run on one medium (one WiFi cell).
     std::mutex cluster_medium;
+    // A device computes one task at a time, whichever stages it serves (a re-plan may put two
+    // stages on one device; an edge plan's fused blocks use every device in turn).
+    std::map<std::string, std::mutex> device_busy;
     auto link_between = [&](const std::string& a, const std::string& b) -> EmulatedLink* {
       if (!im.opt.emulate_links || a == b || !im.cluster.has_link(a, b)) return nullptr;
       auto& l = im.links["link " + a + "->" + b];
@@ -278,6 +282,7 @@ RunReport Pipeline::run(
         if (ps.is_group()) m.config["share"] = ps.devices[k].share;
         sn.shares.push_back(ps.devices[k].share);
         m.endpoint = im.endpoint_of(m.device);
+        m.busy = &device_busy[m.device];
         m.emu =
             im.emulation_of(m.device, m.endpoint.empty() || m.endpoint.rfind("inproc://", 0) == 0);
         if (m.endpoint.empty()) m.local = make_stage(m.config);
@@ -347,6 +352,7 @@ RunReport Pipeline::run(
       const bool last = p.micro + 1 == p.n_micro;
       const uint64_t rid = p.request_id;
       Packet out;
+      std::lock_guard one_task(*m.busy);
       if (m.local) {
         out = m.emu.run(*m.local, std::move(p), compute_s);
         if (last && im.opt.reset_finished) m.local->reset(rid);

@@ -13,6 +13,7 @@
 #include "region_check.h"
 #include "tandem/cnn/edge/measure.h"
 #include "tandem/cnn/edge/planners.h"
+#include "tandem/cnn/edge/simulate.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/onnx_import.h"
 #include "tandem/core/error.h"
@@ -446,6 +447,29 @@ TEST(CnnEdge, ProfiledTablesInterpolateAndReplayMirrorsThePlan) {
   const Branchy other;
   TileBench foreign(other.chain, 1);
   EXPECT_NE(message([&] { replay(plan, pb, foreign); }).find("another chain"), std::string::npos);
+}
+
+// The runtime simulator on a two-stage plan with one device per stage: frames stream at the
+// slower stage's pace and one frame's latency is both stages plus the hand-over between them.
+TEST(CnnEdge, RuntimeSimulatorStreamsAtTheSlowerStage) {
+  const Branchy b;
+  const Chain& chain = b.chain;
+  const EdgeProblem pb = b.problem(cluster(2, 1e9));
+  const int last = chain.size() - 1;
+  EdgePlan plan;
+  plan.stages = {Stage{0, 1, {DeviceShare{"d0", chain.out_region(1)}}},
+                 Stage{2, last, {DeviceShare{"d1", chain.out_region(last)}}}};
+  const double a = b.cost.compute_s(chain.tile_work(0, 1, chain.out_region(1)), pb.devices[0]);
+  const double c =
+      b.cost.compute_s(chain.tile_work(2, last, chain.out_region(last)), pb.devices[1]);
+  const double hand_over = pb.transfer_s(chain.piece(1).out_bytes);
+  for (bool shared : {true, false}) {
+    const RuntimeSim sim = simulate_runtime(plan, pb, {.frames = 6, .shared_medium = shared});
+    EXPECT_NEAR(sim.latency_s, a + hand_over + c, 1e-12);
+    EXPECT_NEAR(sim.period_s, std::max({a, hand_over, c}), 1e-12);
+  }
+  EXPECT_NE(message([&] { simulate_runtime(plan, pb, {.frames = 1}); }).find("frames"),
+            std::string::npos);
 }
 
 }  // namespace

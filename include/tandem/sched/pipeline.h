@@ -16,8 +16,9 @@
 // registered split (stage.h GroupOps) cuts the packet into the members' parts, each member runs its
 // part on its own device (worker) concurrently, its part crossing the link from the stage's first
 // device (the master) and back over one shared medium per group (transfers one at a time, as on
-// PICO's WLAN), and the kind's stitch joins the outputs. The stage's compute time is the slowest
-// member's.
+// PICO's WLAN; with options.shared_medium one medium for every transfer of the run), and the kind's
+// stitch joins the outputs. The stage's compute time is the slowest member's. A device computes one
+// task at a time, whichever stages it serves (the others wait for it).
 //
 // Failure: a stage that hears nothing from its worker for heartbeat_timeout_s (killed, stopped,
 // host gone) raises WorkerLost; the run stops every thread, asks options.replan_plan for a new plan

@@ -193,27 +193,14 @@ double ProfiledCostModel::compute_s(const TileWork& work, const DeviceProfile& d
   return on_device_s(host_s(work), device);
 }
 
-namespace {
-
-// evaluate()'s cost model for a replay: each tile timed on this host, carried to the device.
-class ReplayCostModel final : public EdgeCostModel {
- public:
-  explicit ReplayCostModel(TileBench& bench) : bench_(&bench) {}
-  std::string name() const override { return "replay (tiles timed on this host)"; }
-  double compute_s(const TileWork& w, const DeviceProfile& device) const override {
-    return on_device_s(bench_->host_s(w.first, w.last, w.out, w.c0, w.c1), device);
-  }
-
- private:
-  TileBench* bench_;
-};
-
-}  // namespace
+double TimedCostModel::compute_s(const TileWork& w, const DeviceProfile& device) const {
+  return on_device_s(bench_->host_s(w.first, w.last, w.out, w.c0, w.c1), device);
+}
 
 Metrics replay(const EdgePlan& plan, const EdgeProblem& problem, TileBench& bench) {
   if (&bench.chain() != problem.chain)
     throw InvalidArgument("replay: the tile bench was built for another chain");
-  ReplayCostModel cost(bench);
+  const TimedCostModel cost(bench);
   EdgeProblem measured = problem;
   measured.cost = &cost;
   EdgePlan p = plan;

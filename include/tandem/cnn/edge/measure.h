@@ -95,6 +95,19 @@ class TANDEM_API ProfiledCostModel : public EdgeCostModel {
   std::vector<int> piece_of_node_;  // node id -> piece
 };
 
+// An EdgeCostModel whose compute_s times the tile with `bench` (host seconds carried to the device
+// by core on_device_s): a problem with it evaluates, or simulates, measured compute.
+class TANDEM_API TimedCostModel final : public EdgeCostModel {
+ public:
+  explicit TimedCostModel(TileBench& bench) : bench_(&bench) {}
+  std::string name() const override { return "replay (tiles timed on this host)"; }
+  double compute_s(const TileWork& work, const DeviceProfile& device) const override;
+  const TileBench& bench() const { return *bench_; }
+
+ private:
+  TileBench* bench_;
+};
+
 // The metrics of `plan` with every share's compute measured by `bench` (whose chain must be the
 // problem's); transfers from the problem's link model.
 TANDEM_API Metrics replay(const EdgePlan& plan, const EdgeProblem& problem, TileBench& bench);
