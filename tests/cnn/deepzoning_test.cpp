@@ -156,6 +156,7 @@ struct Layer {
   int64_t cout = 8;
   int stride = 1;
   bool skip = false;
+  int groups = 1;
 };
 Graph conv_chain(const Shape& in, const std::vector<Layer>& layers) {
   Graph g;
@@ -170,7 +171,8 @@ Graph conv_chain(const Shape& in, const std::vector<Layer>& layers) {
     const Layer& l = layers[i];
     n.window = {
         .kh = 3, .kw = 3, .sh = l.stride, .sw = l.stride, .pt = 1, .pl = 1, .pb = 1, .pr = 1};
-    n.weight = cnn::testing::random_tensor({l.cout, c, 3, 3}, ++seed, 0.1f);
+    n.groups = l.groups;
+    n.weight = cnn::testing::random_tensor({l.cout, c / l.groups, 3, 3}, ++seed, 0.1f);
     n.act.kind = ActKind::kRelu;
     n.inputs = {x};
     if (l.skip) n.inputs.push_back(before);
@@ -290,6 +292,46 @@ TEST(DeepZoningPlan, ChannelModeForASmallMapWithManyChannels) {
   EXPECT_DOUBLE_EQ(half.flops, all.flops / 2);
   EXPECT_DOUBLE_EQ(half.in_bytes, all.in_bytes);
   EXPECT_DOUBLE_EQ(half.out_bytes, all.out_bytes / 2);
+}
+
+TEST(DeepZoningPlan, ChannelSharesCarryTheRangeBackThroughTheLastPiece) {
+  // conv, residual block (two convs + skip), depthwise conv: 3 pieces.
+  const Graph g = conv_chain({1, 4, 12, 12}, {{8}, {8}, {8, 1, true}, {8, 1, false, 8}});
+  const Chain c = linearise(g);
+  ASSERT_EQ(c.size(), 3);
+  auto node_flops = [&](int piece, size_t k) {
+    return static_cast<double>(g.flops(c.piece(piece).nodes[k]));
+  };
+  const Region full = c.out_region(2);
+  // Residual block, channels [0, 2) of 8: its first conv in full, the second (and the skip
+  // operand) a quarter; the whole input is received.
+  const TileWork block = c.tile_work(1, 1, full, 0, 2);
+  EXPECT_DOUBLE_EQ(block.flops, node_flops(1, 0) + node_flops(1, 1) / 4);
+  EXPECT_DOUBLE_EQ(block.in_bytes, c.tile_work(1, 1, full).in_bytes);
+  // Depthwise alone: a quarter of everything, only its input channels received.
+  const TileWork dw = c.tile_work(2, 2, full, 2, 4);
+  EXPECT_DOUBLE_EQ(dw.flops, node_flops(2, 0) / 4);
+  EXPECT_DOUBLE_EQ(dw.in_bytes, c.tile_work(2, 2, full).in_bytes / 4);
+  // Several pieces: the earlier ones in full over their needed rows, the whole input received.
+  const Region rows{3, 7, 0, full.w1};
+  const TileWork seg = c.tile_work(0, 2, rows, 2, 4);
+  const TileWork seg_all = c.tile_work(0, 2, rows);
+  EXPECT_DOUBLE_EQ(seg.in_bytes, seg_all.in_bytes);
+  EXPECT_NEAR(seg.flops, seg_all.flops - 0.75 * seg_all.nodes.back().flops, 1e-6 * seg.flops);
+  EXPECT_DOUBLE_EQ(seg.out_bytes, seg_all.out_bytes / 4);
+  // evaluate() prices such a share and rejects a range outside the channels.
+  const AnalyticCostModel cost;
+  const EdgeProblem pb = make_problem(c, devices({1.0, 0.5}, 1e8), cost);
+  EdgePlan plan{.system = "hand", .pipelined = false};
+  plan.stages.push_back({.first = 0,
+                         .last = 2,
+                         .shares = {{.device = "d0", .out = full, .c0 = 0, .c1 = 5},
+                                    {.device = "d1", .out = full, .c0 = 5, .c1 = 8}}});
+  evaluate(plan, pb);
+  EXPECT_GT(plan.metrics.redundancy, 0);  // the first two pieces run on both devices
+  plan.stages[0].shares[1].c1 = 9;
+  EXPECT_NE(message_of([&] { evaluate(plan, pb); }).find("'d1': channels [5, 9)"),
+            std::string::npos);
 }
 
 TEST(DeepZoningPlan, ZeroBandwidthIsInfeasibleNamingTheDevice) {
