@@ -235,7 +235,24 @@ ZoneSplitter::Layout ZoneSplitter::hybrid(int first, int last, const std::vector
     models.push_back({dev.name, g, rows, cell, halo});
     chosen.push_back(devices[static_cast<size_t>(i)]);
   }
-  const AwpGridSplit s = awp_lp_grid(groups, models);
+  AwpGridSplit s = awp_lp_grid(groups, models);
+  // A device left with no share must not keep its intercept in the LP: drop it (its band keeps
+  // another device) and solve again.
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (size_t i = 0; i < models.size(); ++i) {
+      if (s.cells[i] > 1e-12) continue;
+      bool other = false;
+      for (size_t k = 0; k < models.size(); ++k)
+        other = other || (k != i && models[k].group == models[i].group && s.cells[k] > 1e-12);
+      if (!other) continue;
+      models.erase(models.begin() + static_cast<long>(i));
+      chosen.erase(chosen.begin() + static_cast<long>(i));
+      s = awp_lp_grid(groups, models);
+      dropped = true;
+      break;
+    }
+  }
   Layout l{.mode = ZoneMode::kHybrid, .rows = bounds(round_shares(s.rows, h))};
   for (int g = 0; g < groups; ++g) {
     std::vector<int> devs;
@@ -245,8 +262,9 @@ ZoneSplitter::Layout ZoneSplitter::hybrid(int first, int last, const std::vector
         devs.push_back(chosen[i]);
         share.push_back(s.cells[i]);
       }
-    if (devs.empty()) {  // a band nobody computes: give its rows to the next band
-      devs.push_back(chosen[static_cast<size_t>(g)]);
+    if (devs.empty()) {  // a band of no rows: its devices idle (stage() skips it)
+      for (size_t i = 0; i < models.size() && devs.empty(); ++i)
+        if (models[i].group == g) devs.push_back(chosen[i]);
       share.push_back(1);
     }
     const double sum = std::accumulate(share.begin(), share.end(), 0.0);
