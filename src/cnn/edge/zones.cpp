@@ -337,24 +337,50 @@ ZoneSplit ZoneSplitter::best(int first, int last, const std::vector<int>& device
   if (devs.size() > 1) {
     if (rows) cands.push_back(spatial(first, last, devs));
     if (chans) cands.push_back(channel(first, last, devs));
-    if (rows && chans)
-      for (int g = 2; g * 2 <= static_cast<int>(devs.size()); ++g)
-        if (g <= h) {
-          const int m = static_cast<int>(devs.size()) / g;
-          if (m <= ch) cands.push_back(hybrid(first, last, devs, g, m));
-        }
   }
-  const Layout* pick = nullptr;
+  size_t pick = 0;
   double t = kInf;
-  for (const Layout& l : cands) {
-    if (l.devs.empty()) continue;  // a mode that does not apply
-    const double lt = time(first, last, l);
-    if (lt < t) {
-      t = lt;
-      pick = &l;
+  auto consider = [&](size_t from) {
+    for (size_t i = from; i < cands.size(); ++i) {
+      if (cands[i].devs.empty()) continue;  // a mode that does not apply
+      const double lt = time(first, last, cands[i]);
+      if (lt < t) {
+        t = lt;
+        pick = i;
+      }
+    }
+  };
+  consider(0);
+  if (devs.size() > 3 && rows && chans) {
+    // A g x m grid sends each band's input to its m devices and has 2·g·m transfers: when that
+    // alone is no faster than the best so far, the grid is skipped (a rule for planner time: a
+    // grid whose LP idles some cells sends a little less).
+    const TileWork& whole = work(first, last, 0, h, 0, 0);
+    const size_t from = cands.size();
+    for (int g = 2; g * 2 <= static_cast<int>(devs.size()) && g <= h; ++g) {
+      const int m = static_cast<int>(devs.size()) / g;
+      const double bound =
+          2.0 * g * m * pb_->medium.latency_s +
+          (m * whole.in_bytes + whole.out_bytes) / pb_->medium.bandwidth_bytes_per_s;
+      if (m <= ch && bound < t) cands.push_back(hybrid(first, last, devs, g, m));
+    }
+    consider(from);
+  }
+  // The ±1 moves can reorder close modes: each multi-device candidate within 25% of the best is
+  // refined, and the best refined one kept.
+  Layout l = cands[pick];
+  if (refine_it) {
+    double best_t = t;
+    for (const Layout& c : cands) {
+      if (c.devs.empty() || c.mode == ZoneMode::kOne || time(first, last, c) > 1.25 * t) continue;
+      Layout r = refine(first, last, c);
+      const double rt = time(first, last, r);
+      if (rt < best_t) {
+        best_t = rt;
+        l = std::move(r);
+      }
     }
   }
-  Layout l = refine_it && pick->mode != ZoneMode::kOne ? refine(first, last, *pick) : *pick;
   ZoneSplit z{.stage = stage(first, last, l), .time_s = time(first, last, l)};
   z.mode = stage_mode(z.stage, *pb_);
   for (const DeviceShare& sh : z.stage.shares)

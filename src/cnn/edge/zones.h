@@ -6,9 +6,9 @@
 // For pieces first..last and a device group, ZoneSplitter builds each mode's linear models from
 // the chain's exact tile work at two points (the whole output and one device's worth: slope and
 // intercept), solves the LP (water-filling for spatial and channel, CLP for the grid), rounds the
-// shares to rows/channels by largest remainder and keeps the cheapest mode by its exact T(S). The
-// one-device stage is always a candidate. refine() then makes greedy ±1 moves of one row or
-// channel boundary while the exact T(S) drops.
+// shares to rows/channels by largest remainder and times each candidate exactly; the one-device
+// stage is always a candidate. refine() makes greedy ±1 moves of one row or channel boundary while
+// the exact T(S) drops, on every split within 25% of the best, and the best refined split wins.
 //
 // Transfers are charged as evaluate() charges them (eq. 7-8: every share's input and output
 // through the stage's master over the one shared medium, summed), so the spec's per-device
