@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
   libzmq3-dev cppzmq-dev  # the pipeline runtime's transport (src/sched)
+  coinor-libclp-dev  # LP solver of the edge planners (DeepZoning's AWP, CoEdge; src/cnn/edge)
   bible-kjv r-cran-janeaustenr  # real texts for `tandem perplexity` (scripts/llm/get_texts.sh)
 )
 

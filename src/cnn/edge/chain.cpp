@@ -4,6 +4,8 @@
 #include "tandem/cnn/edge/chain.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "tandem/core/error.h"
 
@@ -117,6 +119,137 @@ TileWork Chain::tile_work(int first, int last, const Region& out) const {
   const int in = piece(first).in_tensor;
   w.in_bytes = region_bytes(g.tensor(in).shape, need[static_cast<size_t>(in)]);
   w.out_bytes = region_bytes(piece(last).out_shape, out);
+  return w;
+}
+
+namespace {
+
+// A half-open channel range; lo == hi: none.
+struct Channels {
+  int64_t lo = 0, hi = 0;
+  int64_t size() const { return std::max<int64_t>(0, hi - lo); }
+};
+
+int64_t channels_of(const Shape& s) { return s.rank() >= 2 ? s[1] : 1; }
+
+Channels unite(Channels a, Channels b) {
+  if (a.size() == 0) return b;
+  if (b.size() == 0) return a;
+  return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+}
+
+// The channels of input `k` of node `n` needed for output channels `o` (of its output 0, or per
+// output for a split).
+Channels input_channels(const Graph& g, const Node& n, size_t k, const std::vector<Channels>& o) {
+  const Shape& xs = g.tensor(n.inputs[k]).shape;
+  const Channels all{0, channels_of(xs)};
+  const Shape& ys = g.tensor(n.outputs[0]).shape;
+  switch (n.op) {
+    case OpKind::kConv: {
+      if (k == 1) return o[0];  // the residual operand, added channel by channel
+      if (n.groups == 1) return all;
+      const int64_t opg = ys[1] / n.groups, ipg = xs[1] / n.groups;
+      return {o[0].lo / opg * ipg, (o[0].hi + opg - 1) / opg * ipg};
+    }
+    case OpKind::kMaxPool:
+    case OpKind::kAveragePool:
+    case OpKind::kGlobalAveragePool:
+    case OpKind::kActivation:
+    case OpKind::kAffine:
+    case OpKind::kResize:
+      return o[0];
+    case OpKind::kAdd:
+    case OpKind::kMul:
+      return channels_of(xs) == channels_of(ys) ? o[0] : all;  // a broadcast operand: all of it
+    case OpKind::kConcat: {
+      if (n.axis != 1) return o[0];
+      int64_t off = 0;
+      for (size_t i = 0; i < k; ++i) off += channels_of(g.tensor(n.inputs[i]).shape);
+      const Channels r{std::max(o[0].lo, off) - off, std::min(o[0].hi, off + xs[1]) - off};
+      return r.size() > 0 ? r : Channels{};
+    }
+    case OpKind::kSplit: {
+      Channels r;
+      int64_t off = 0;
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        const int64_t c = channels_of(g.tensor(n.outputs[i]).shape);
+        if (o[i].size() > 0)
+          r = unite(r, n.axis == 1 ? Channels{off + o[i].lo, off + o[i].hi} : o[i]);
+        if (n.axis == 1) off += c;
+      }
+      return r;
+    }
+    default:
+      return all;  // gemm, flatten, reshape, softmax: every input channel
+  }
+}
+
+double fraction(const Shape& s, Channels c) {
+  return static_cast<double>(c.size()) / static_cast<double>(channels_of(s));
+}
+
+}  // namespace
+
+int64_t Chain::out_channels(int last) const {
+  const Shape& y = piece(last).out_shape;
+  return piece(last).dense ? y[y.rank() - 1] : channels_of(y);
+}
+
+TileWork Chain::tile_work(int first, int last, const Region& out, int64_t c0, int64_t c1) const {
+  if (c1 <= c0) return tile_work(first, last, out);
+  const Piece& lp = piece(last);
+  if (lp.dense && first == last) return feature_work(last, c0, c1);
+  const Graph& g = *g_;
+  const Region region = lp.out_shape.rank() == 4 ? out : full_region(lp.out_shape);
+  const std::vector<int> nodes = segment_nodes(first, last);
+  const std::vector<Region> need = required_regions(g, nodes, {{lp.out_tensor, region}});
+  // Channels needed of each tensor the last piece reads or writes (absent: all of them).
+  std::map<int, Channels> chan{{lp.out_tensor, {c0, c1}}};
+  for (auto it = lp.nodes.rbegin(); it != lp.nodes.rend(); ++it) {
+    const Node& n = g.node(*it);
+    std::vector<Channels> o;
+    for (int t : n.outputs) o.push_back(chan.count(t) ? chan[t] : Channels{});
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      Channels& c = chan[n.inputs[k]];
+      c = unite(c, input_channels(g, n, k, o));
+    }
+  }
+  const std::set<int> in_last(lp.nodes.begin(), lp.nodes.end());
+  auto frac = [&](int t, bool restricted) {
+    return restricted ? fraction(g.tensor(t).shape, chan[t]) : 1.0;
+  };
+  TileWork w;
+  for (int id : nodes) {
+    const Node& n = g.node(id);
+    const bool restricted = in_last.count(id) > 0;
+    Region r;
+    for (int t : n.outputs) r = hull(r, need[static_cast<size_t>(t)]);
+    if (r.empty()) continue;
+    NodeWork nw{.node = id};
+    const Shape& ys = g.tensor(n.outputs[0]).shape;
+    const Region full = full_region(ys);
+    const double area = static_cast<double>(full.rows() * full.cols());
+    const double part = ys.rank() == 4 ? static_cast<double>(r.rows() * r.cols()) / area : 1.0;
+    double out_c = 0, all_c = 0;
+    for (int t : n.outputs) {
+      const double f = frac(t, restricted);
+      nw.out_bytes += region_bytes(g.tensor(t).shape, r) * f;
+      out_c += f * static_cast<double>(channels_of(g.tensor(t).shape));
+      all_c += static_cast<double>(channels_of(g.tensor(t).shape));
+    }
+    if (out_c == 0) continue;  // a branch whose channels nobody needs
+    nw.flops = static_cast<double>(g.flops(id)) * part * out_c / all_c;
+    for (int t : n.inputs)
+      nw.in_bytes +=
+          region_bytes(g.tensor(t).shape, need[static_cast<size_t>(t)]) * frac(t, restricted);
+    w.flops += nw.flops;
+    w.act_peak_bytes = std::max(w.act_peak_bytes, nw.in_bytes + nw.out_bytes);
+    w.nodes.push_back(nw);
+  }
+  const int in = piece(first).in_tensor;
+  w.in_bytes =
+      region_bytes(g.tensor(in).shape, need[static_cast<size_t>(in)]) * frac(in, first == last);
+  w.out_bytes = region_bytes(lp.out_shape, region) * fraction(lp.out_shape, {c0, c1});
   return w;
 }
 

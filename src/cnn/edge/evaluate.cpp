@@ -22,21 +22,16 @@ TileWork share_work(const Stage& s, const DeviceShare& sh, const EdgeProblem& pb
   if (s.first < 0 || s.last >= c.size() || s.first > s.last)
     throw InvalidArgument(cat("edge plan: stage pieces [", s.first, ", ", s.last,
                               "] outside the model's ", c.size(), " pieces"));
-  if (sh.channels()) {
-    if (s.first != s.last || !c.piece(s.last).dense)
-      throw InvalidArgument(cat("edge plan: device '", sh.device,
-                                "' has a channel share of a stage that is not one dense piece"));
-    const Shape& y = c.piece(s.last).out_shape;
-    if (sh.c0 < 0 || sh.c1 > y[y.rank() - 1])
-      throw InvalidArgument(cat("edge plan: device '", sh.device, "': channels [", sh.c0, ", ",
-                                sh.c1, ") outside ", y.to_string()));
-    return c.feature_work(s.last, sh.c0, sh.c1);
-  }
+  if (sh.channels() && (sh.c0 < 0 || sh.c1 > c.out_channels(s.last)))
+    throw InvalidArgument(cat("edge plan: device '", sh.device, "': channels [", sh.c0, ", ", sh.c1,
+                              ") outside ", c.piece(s.last).out_shape.to_string()));
+  if (sh.channels() && c.piece(s.last).out_shape.rank() != 4)  // features: the output has no rows
+    return c.tile_work(s.first, s.last, Region{}, sh.c0, sh.c1);
   const Region full = c.out_region(s.last);
   if (sh.out.empty() || !full.contains(sh.out))
     throw InvalidArgument(cat("edge plan: device '", sh.device, "': region ", sh.out.to_string(),
                               " is empty or outside the output ", full.to_string()));
-  return c.tile_work(s.first, s.last, sh.out);
+  return c.tile_work(s.first, s.last, sh.out, sh.c0, sh.c1);
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 
+#include "cnn/edge/pico_dp.h"
 #include "cnn/edge/split.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/core/error.h"
@@ -51,8 +53,11 @@ double homogeneous_stage_s(const EdgeProblem& pb, int first, int last, int q, do
   return comp + comm;
 }
 
-HomogeneousPlan pico_dp(const EdgeProblem& pb, int n, double capacity, const PlanOptions& o) {
-  const int L = pb.chain->size();
+namespace detail {
+
+HomogeneousPlan pico_dp_over(int L, int n, const PlanOptions& o,
+                             const std::function<double(int, int, int)>& stage_s,
+                             const std::string& who) {
   const double cap = o.latency_cap_s;
   // ts[i][j][q]: T(S) of pieces i..j on q devices; +∞ when it cannot be cut or exceeds T_lim.
   std::vector<double> ts(static_cast<size_t>(L * L * (n + 1)), kInf);
@@ -62,7 +67,7 @@ HomogeneousPlan pico_dp(const EdgeProblem& pb, int n, double capacity, const Pla
   for (int i = 0; i < L; ++i)
     for (int j = i; j < L; ++j)
       for (int q = 1; q <= n; ++q) {
-        const double t = homogeneous_stage_s(pb, i, j, q, capacity);
+        const double t = stage_s(i, j, q);
         at(i, j, q) = t <= cap ? t : kInf;  // prune: T_lim − Ts < 0
       }
   // P[j][p], T[j][p] over pieces 0..j with exactly p devices; back[j][p] = (j', p') of the last
@@ -95,8 +100,8 @@ HomogeneousPlan pico_dp(const EdgeProblem& pb, int n, double capacity, const Pla
     for (int p = 1; p <= n; ++p)
       if (dp(L - 1, p).period < dp(L - 1, p_best).period) p_best = p;
   if (dp(L - 1, p_best).period == kInf)
-    throw Infeasible(
-        cat("PICO: no pipeline of ", p_best, " devices meets the latency cap T_lim = ", cap, " s"));
+    throw Infeasible(cat(who, ": no pipeline of ", p_best,
+                         " devices meets the latency cap T_lim = ", cap, " s"));
   HomogeneousPlan plan{.period_s = dp(L - 1, p_best).period,
                        .latency_s = dp(L - 1, p_best).latency};
   for (int j = L - 1, p = p_best; j >= 0;) {  // trace-back
@@ -109,21 +114,12 @@ HomogeneousPlan pico_dp(const EdgeProblem& pb, int n, double capacity, const Pla
   return plan;
 }
 
-EdgePlan plan_pico(const EdgeProblem& pb, const PlanOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int n = static_cast<int>(pb.devices.size());
-  double mean = 0;
-  for (const DeviceProfile& d : pb.devices) mean += d.peak_flops / n;  // eq. 12
-  const HomogeneousPlan h = pico_dp(pb, n, mean, o);
-  // Alg. 2: the fastest device first, to the stage with the largest average requirement Θ'/|D'|.
-  std::vector<double> avg;
+std::vector<std::vector<int>> pico_mapping(const EdgeProblem& pb, const HomogeneousPlan& h,
+                                           const std::vector<double>& avg) {
   std::vector<int> left;
-  for (const HomogeneousStage& s : h.stages) {
-    avg.push_back(stage_flops(pb, s.first, s.last, s.q) / s.q);
-    left.push_back(s.q);
-  }
+  for (const HomogeneousStage& s : h.stages) left.push_back(s.q);
   std::vector<std::vector<int>> members(h.stages.size());
-  for (int d : detail::by_capacity(pb)) {
+  for (int d : by_capacity(pb)) {
     int pick = -1;
     for (size_t s = 0; s < h.stages.size(); ++s)
       if (left[s] > 0 && (pick < 0 || avg[s] > avg[static_cast<size_t>(pick)]))
@@ -132,6 +128,28 @@ EdgePlan plan_pico(const EdgeProblem& pb, const PlanOptions& o) {
     members[static_cast<size_t>(pick)].push_back(d);
     --left[static_cast<size_t>(pick)];
   }
+  return members;
+}
+
+}  // namespace detail
+
+HomogeneousPlan pico_dp(const EdgeProblem& pb, int n, double capacity, const PlanOptions& o) {
+  return detail::pico_dp_over(
+      pb.chain->size(), n, o,
+      [&](int i, int j, int q) { return homogeneous_stage_s(pb, i, j, q, capacity); }, "PICO");
+}
+
+EdgePlan plan_pico(const EdgeProblem& pb, const PlanOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = static_cast<int>(pb.devices.size());
+  double mean = 0;
+  for (const DeviceProfile& d : pb.devices) mean += d.peak_flops / n;  // eq. 12
+  const HomogeneousPlan h = pico_dp(pb, n, mean, o);
+  // Alg. 2: the fastest device first, to the stage with the largest average requirement Θ'/|D'|.
+  std::vector<double> avg;
+  for (const HomogeneousStage& s : h.stages)
+    avg.push_back(stage_flops(pb, s.first, s.last, s.q) / s.q);
+  std::vector<std::vector<int>> members = detail::pico_mapping(pb, h, avg);
   if (o.refine_mapping) {
     std::vector<std::pair<int, int>> ranges;
     for (const HomogeneousStage& s : h.stages) ranges.emplace_back(s.first, s.last);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cnn/edge/zones.h"
 #include "tandem/cnn/edge/plan.h"
 
 namespace tandem::cnn::edge {
@@ -10,8 +11,10 @@ namespace tandem::cnn::edge {
 namespace {
 
 nlohmann::json share_json(const DeviceShare& s) {
-  if (s.channels()) return {{"channels", {s.c0, s.c1}}};
-  return {{"rows", {s.out.h0, s.out.h1}}, {"cols", {s.out.w0, s.out.w1}}};
+  nlohmann::json j = nlohmann::json::object();
+  if (!s.out.empty()) j = {{"rows", {s.out.h0, s.out.h1}}, {"cols", {s.out.w0, s.out.w1}}};
+  if (s.channels()) j["channels"] = {s.c0, s.c1};
+  return j;
 }
 
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
@@ -81,27 +84,27 @@ std::string format_table(const EdgePlan& plan, const EdgeProblem& pb) {
   const Chain& c = *pb.chain;
   const Metrics& m = plan.metrics;
   std::string out =
-      "| stage | pieces | nodes | devices: share | comp s | comm s | T(S) s |\n"
-      "|---|---|---|---|---|---|---|\n";
+      "| stage | pieces | nodes | mode | devices: share | comp s | comm s | T(S) s |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     const Stage& s = plan.stages[i];
     std::string devs;
     for (const DeviceShare& sh : s.shares) {
       devs += (devs.empty() ? "" : ", ") + sh.device + ": ";
-      if (sh.channels())
-        devs += cat("channels ", sh.c0, "-", sh.c1);
-      else if (sh.out == c.out_region(s.last))
-        devs += "all";
-      else
+      const bool whole = sh.out.empty() || sh.out == c.out_region(s.last);
+      if (whole && !sh.channels()) devs += "all";
+      if (!whole)
         devs += cat("rows ", sh.out.h0, "-", sh.out.h1) +
                 (sh.out.w0 == 0 && sh.out.w1 == c.out_region(s.last).w1
                      ? std::string()
                      : cat(" cols ", sh.out.w0, "-", sh.out.w1));
+      if (sh.channels()) devs += cat(whole ? "" : " ", "channels ", sh.c0, "-", sh.c1);
     }
     const StageMetrics& sm = m.stages[i];
     out += cat("| ", i, " | ", s.first, "-", s.last, " | ", c.piece(s.first).name, " .. ",
-               c.piece(s.last).name, " | ", devs, " | ", fmt("%.4f", sm.comp_s), " | ",
-               fmt("%.4f", sm.comm_s), " | ", fmt("%.4f", sm.time_s), " |\n");
+               c.piece(s.last).name, " | ", detail::mode_name(detail::stage_mode(s, pb)), " | ",
+               devs, " | ", fmt("%.4f", sm.comp_s), " | ", fmt("%.4f", sm.comm_s), " | ",
+               fmt("%.4f", sm.time_s), " |\n");
   }
   std::string util;
   for (const DeviceMetrics& d : m.devices)

@@ -54,7 +54,10 @@ const bool kRegistered = [] {
       {"efl", "EFL: DeepThings fused tiles + work stealing"},
       {"ofl", "OFL: fused blocks on all devices (AOFL-style DP)"},
       {"pipeedge", "PipeEdge: interval DP, one device a stage"},
-      {"single", "the whole CNN on its fastest device"}};
+      {"single", "the whole CNN on its fastest device"},
+      {"deepzoning", "DeepZoning: merged zones, AWP rows/channels LP (latency)"},
+      {"deepzoning-tp", "DeepZoning zones + AWP on PICO's DP (throughput)"},
+      {"coedge", "CoEdge-style: per-layer rows by LP, gathered"}};
   for (const auto& [name, description] : systems)
     sched::planner_registry().add(name, edge_planner(name, description));
   return true;

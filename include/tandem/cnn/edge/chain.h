@@ -6,8 +6,9 @@
 // input->output path crosses), one piece per zone, so a residual or inception block is one piece
 // with one input map and one output map. Every edge planner (PICO and its baselines; later
 // DeepZoning and DECC) plans over these pieces. A segment is a contiguous piece range [first,
-// last]; a device computes a tile of the segment's output: a Region (rows, or a 2-D rectangle) or,
-// for a single fully-connected piece, a range of output features.
+// last]; a device computes a tile of the segment's output: a Region (rows, or a 2-D rectangle),
+// a range of output channels of the last piece (a fully-connected piece's features; DeepZoning's
+// channel mode), or both (hybrid mode).
 //
 // How: tile_work() back-propagates the tile's output region through the segment with the exact
 // region algebra (required_regions), so halos are counted, and returns per node the FLOPs of the
@@ -15,6 +16,16 @@
 // Graph::flops scaled by the region's area; pools, adds and other data movement count 0 as in the
 // paper), the bytes the tile reads from the segment input and writes, and the largest activation
 // footprint of one node (its input regions plus its output region).
+//
+// Channels (spec cnn.md §3.3 channel and hybrid modes): with an output-channel range [c0, c1) the
+// pieces before the last are computed in full over their needed region, and inside the last piece
+// the range is carried backwards through the nodes that map channels one to one (pools,
+// activations, add/mul, per-channel affine, resize, the residual operand of a conv, grouped and
+// depthwise convs by whole groups, concat by operand); a conv with one group, a gemm or a reshape
+// needs every input channel. Each node then does the fraction of its FLOPs and bytes its output
+// channels are of the whole; an operand of a concat outside the range is not computed at all. The
+// bytes received are the segment input's needed region, narrowed to the needed channels only when
+// the segment is that one piece (a depthwise or pool piece receives only its channels).
 //
 //   cnn::edge::Chain chain = cnn::edge::linearise(graph);        // graph: one input, one output
 //   cnn::Region rows{0, 56, 0, 224};
@@ -87,8 +98,13 @@ class TANDEM_API Chain {
   Region out_region(int last) const;
   // The work of computing region `out` of piece `last`'s output from piece `first`'s input.
   TileWork tile_work(int first, int last, const Region& out) const;
+  // The same for output channels [c0, c1) of that region only (see above; c1 <= c0: all). For a
+  // dense piece `out` is ignored (its output has no rows) and the channels are its features.
+  TileWork tile_work(int first, int last, const Region& out, int64_t c0, int64_t c1) const;
   // A dense piece computing output features [f0, f1): the whole input, that share of the FLOPs.
   TileWork feature_work(int piece, int64_t f0, int64_t f1) const;
+  // Output channels of piece `last` (features of a dense piece; 1 for a rank-1 output).
+  int64_t out_channels(int last) const;
 
  private:
   const Graph* g_;

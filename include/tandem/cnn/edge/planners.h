@@ -38,6 +38,28 @@
 //   single    the whole model on the device that runs it fastest (and can hold it).
 // Non-spatial segments (after a Flatten or global pool) run on one device in PICO, OFL, EFL.
 //
+// DeepZoning (TACO 2025), §3.3. A reconstruction: the paper text is not public, the spec's
+// design is implemented (docs/edge.md "DeepZoning").
+//   zones     the pieces (a plain layer, a residual or an inception block); consecutive pieces
+//             merge into a zone of any length (dynamic granularity);
+//   AWP       each merged zone split over all devices in the cheapest of: one device; spatial
+//             (row bands with halo; water-filling LP); channel (every device the whole input and a
+//             range of the last piece's output channels, the earlier pieces in full;
+//             water-filling LP); hybrid (a G x M grid of row groups and channel ranges, G, M >= 2;
+//             an LP solved by COIN-OR CLP); integer rows/channels by largest remainder, then ±1
+//             moves while the exact T(S) drops (awp.h);
+//   latency   (plan_deepzoning) Best[k] = min_j Best[j] + Redistribute(j) + AWP(merge(j+1..k)):
+//             one stage per merged zone, run one after another; Redistribute is the zone's input
+//             sent and output gathered through the stage master in the layout its mode needs
+//             (rows -> channels: an all-gather), the same transfers evaluate() charges, so the
+//             DP's latency (notes.dp_latency_s) is the plan's evaluated latency;
+//   throughput (plan_deepzoning_tp) PICO's DP (eq. 13) with the AWP split of a merged zone on q
+//             equal devices as the stage cost, PICO's Alg. 2 mapping, then AWP on each stage's
+//             real devices; pipelined.
+//   CoEdge    (plan_coedge, §4) every piece alone, rows split by the AWP spatial LP over all
+//             devices (or one device when that is faster), gathered after each.
+// notes.zones lists each stage's pieces and mode.
+//
 //   cnn::edge::AnalyticCostModel cost;
 //   auto problem = cnn::edge::make_problem(chain, cluster, cost);
 //   cnn::edge::EdgePlan plan = cnn::edge::plan_system("pico", problem, {.lambda = 2});
@@ -75,8 +97,15 @@ TANDEM_API EdgePlan plan_efl(const EdgeProblem& problem, const PlanOptions& opti
 TANDEM_API EdgePlan plan_ofl(const EdgeProblem& problem, const PlanOptions& options = {});
 TANDEM_API EdgePlan plan_pipeedge(const EdgeProblem& problem, const PlanOptions& options = {});
 TANDEM_API EdgePlan plan_single(const EdgeProblem& problem, const PlanOptions& options = {});
+TANDEM_API EdgePlan plan_deepzoning(const EdgeProblem& problem, const PlanOptions& options = {});
+TANDEM_API EdgePlan plan_deepzoning_tp(const EdgeProblem& problem, const PlanOptions& options = {});
+TANDEM_API EdgePlan plan_coedge(const EdgeProblem& problem, const PlanOptions& options = {});
+// DeepZoning's cost of one merged zone (pieces first..last) on all devices: T(S) of its best AWP
+// split, as the latency DP uses it (exposed for tests).
+TANDEM_API double deepzoning_zone_s(const EdgeProblem& problem, int first, int last);
 
-// The systems by name, for programs: "pico", "apico", "lw", "efl", "ofl", "pipeedge", "single".
+// The systems by name, for programs: "pico", "apico", "lw", "efl", "ofl", "pipeedge", "single",
+// "deepzoning", "deepzoning-tp", "coedge".
 TANDEM_API const std::vector<std::string>& system_names();
 // Dispatches by name (InvalidArgument listing the names for an unknown one).
 TANDEM_API EdgePlan plan_system(const std::string& system, const EdgeProblem& problem,
