@@ -218,7 +218,7 @@ TileWork Chain::tile_work(int first, int last, const Region& out, int64_t c0, in
   auto frac = [&](int t, bool restricted) {
     return restricted ? fraction(g.tensor(t).shape, chan[t]) : 1.0;
   };
-  TileWork w;
+  TileWork w{.first = first, .last = last, .out = out, .c0 = c0, .c1 = c1};
   for (int id : nodes) {
     const Node& n = g.node(id);
     const bool restricted = in_last.count(id) > 0;

@@ -15,8 +15,6 @@ double md1_mean_latency_s(double p, double t, double lambda) {
   return p * (2 - p * lambda) / (2 * (1 - p * lambda)) + t;
 }
 
-namespace {
-
 TileWork share_work(const Stage& s, const DeviceShare& sh, const EdgeProblem& pb) {
   const Chain& c = *pb.chain;
   if (s.first < 0 || s.last >= c.size() || s.first > s.last)
@@ -33,8 +31,6 @@ TileWork share_work(const Stage& s, const DeviceShare& sh, const EdgeProblem& pb
                               " is empty or outside the output ", full.to_string()));
   return c.tile_work(s.first, s.last, sh.out, sh.c0, sh.c1);
 }
-
-}  // namespace
 
 StageMetrics stage_cost(const Stage& s, const EdgeProblem& pb) {
   StageMetrics m;

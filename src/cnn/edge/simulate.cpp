@@ -36,12 +36,10 @@ struct Member {
 };
 
 std::vector<Member> members_of(const Stage& s, const EdgeProblem& pb) {
-  const Chain& c = *pb.chain;
   std::vector<Member> out;
   std::map<std::string, size_t> at;
   for (const DeviceShare& sh : s.shares) {
-    const TileWork w =
-        sh.channels() ? c.feature_work(s.last, sh.c0, sh.c1) : c.tile_work(s.first, s.last, sh.out);
+    const TileWork w = share_work(s, sh, pb);
     auto [it, fresh] = at.emplace(sh.device, out.size());
     if (fresh) out.push_back({sh.device});
     Member& m = out[it->second];

@@ -105,6 +105,12 @@ TANDEM_API double md1_mean_latency_s(double period_s, double latency_s, double l
 // Infeasible naming the device that cannot hold its weights and tile.
 TANDEM_API void evaluate(EdgePlan& plan, const EdgeProblem& problem, double lambda = 0);
 
+// The work of one share of a stage (its region and/or channels of the stage's last piece), as
+// evaluate() prices it. InvalidArgument naming the device for a region or channel range outside the
+// output, or pieces outside the model.
+TANDEM_API TileWork share_work(const Stage& stage, const DeviceShare& share,
+                               const EdgeProblem& problem);
+
 // Seconds of one stage alone (T(S), eq. 9) — what the planners minimise.
 TANDEM_API StageMetrics stage_cost(const Stage& stage, const EdgeProblem& problem);
 
