@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tandem edge plan`: plans an ONNX CNN on an edge cluster with PICO or one of its baselines (LW,
-// EFL, OFL, PipeEdge, single device; spec cnn.md §3.1, §4) and prints the plan (stages, devices,
-// rows, predicted period/latency, redundancy, utilisation) as a table or JSON. `--system all`
-// prints every system side by side. `tandem edge run` plans, then runs a stream of frames through
-// the plan on the pipeline runtime (cnn.tiles stages; emulated devices and links in process, or
-// `tandem worker`s) and prints the measured period and latency beside the prediction, the stage
-// timelines and, with --verify, the comparison with the single-device run. `tandem edge compare`
-// (edge_compare.cpp) sweeps systems x models x bandwidths, predicted and replayed.
+// `tandem edge plan`: plans an ONNX CNN on an edge cluster with PICO, DeepZoning or a baseline
+// (LW, EFL, OFL, PipeEdge, CoEdge, single device; spec cnn.md §3.1, §3.3, §4) and prints the plan
+// (stages, devices, rows, predicted period/latency, redundancy, utilisation) as a table or JSON.
+// `--system all` prints every system side by side. `tandem edge run` plans, then runs a stream of
+// frames through the plan on the pipeline runtime (cnn.tiles stages; emulated devices and links in
+// process, or `tandem worker`s) and prints the measured period and latency beside the prediction
+// and the runtime simulator, the stage timelines and, with --verify, the comparison with the
+// single-device run. `tandem edge compare` (edge_compare.cpp) sweeps systems x models x
+// bandwidths, predicted and replayed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -300,7 +301,8 @@ void add_plan_options(CLI::App* sub, EdgePlanOptions& o) {
   systems.push_back("all");
   sub->add_option("--system", o.system,
                   "pico, apico (pipeline or fused by M/D/1 latency at --lambda), lw, efl, ofl, "
-                  "pipeedge, single, or all (a comparison table; plan only)")
+                  "pipeedge, single, deepzoning (latency), deepzoning-tp (throughput), coedge, or "
+                  "all (a comparison table; plan only)")
       ->check(CLI::IsMember(systems))
       ->capture_default_str();
   sub->add_option("--lambda", o.lambda, "Poisson frame rate (frames/s) for the mean latency")
@@ -324,11 +326,12 @@ void add_plan_options(CLI::App* sub, EdgePlanOptions& o) {
 
 const CommandRegistration kReg([](CLI::App& app) {
   auto o = std::make_shared<EdgePlanOptions>();
-  CLI::App* edge =
-      app.add_subcommand("edge", "CNN inference on an edge cluster: PICO and baselines");
+  CLI::App* edge = app.add_subcommand(
+      "edge", "CNN inference on an edge cluster: PICO, DeepZoning and baselines");
   edge->require_subcommand(1);
-  CLI::App* plan = edge->add_subcommand(
-      "plan", "Plan a CNN on a cluster (PICO, LW, EFL, OFL, PipeEdge, single) and print it");
+  CLI::App* plan = edge->add_subcommand("plan",
+                                        "Plan a CNN on a cluster (PICO, DeepZoning, CoEdge, LW, "
+                                        "EFL, OFL, PipeEdge, single) and print it");
   add_plan_options(plan, *o);
   plan->add_option("-o,--output", o->output, "md or json")->check(CLI::IsMember({"md", "json"}));
   CLI::App* run = edge->add_subcommand(
