@@ -16,8 +16,9 @@ std::vector<sched::DeviceShare> group(const Stage& s) {
   std::vector<sched::DeviceShare> out;
   std::map<std::string, size_t> at;
   for (const DeviceShare& sh : s.shares) {
-    const nlohmann::json one =
-        sh.channels() ? nlohmann::json{{"channels", {sh.c0, sh.c1}}} : rect(sh.out);
+    // A channel share: alone for a dense piece, beside its region (hybrid) or the whole map.
+    nlohmann::json one = sh.out.empty() ? nlohmann::json::object() : rect(sh.out);
+    if (sh.channels()) one["channels"] = {sh.c0, sh.c1};
     auto it = at.find(sh.device);
     if (it == at.end()) {
       at[sh.device] = out.size();
