@@ -93,8 +93,10 @@ class TANDEM_API Executor {
   // of a conv or gemm runs on the node's weight rows as a view; a conv's slice is packed once
   // into the layout its kernel wants and cached here (the same range costs no packing the next
   // time), and its kernel is the whole conv's (same implementation, layout and threads), so each
-  // output channel is summed in the same order as in the whole run: bit-identical wherever
-  // oneDNN offers that implementation for the narrower conv (the tests check which do).
+  // output channel is summed in the same order as in the whole run: bit-identical for oneDNN's
+  // blocked jit, depthwise and grouped kernels and for gemm; within 1e-5 for a slice inside one
+  // group of a grouped conv and for oneDNN's jit_1x1 on wide 1x1 convs, which block the
+  // input-channel sum differently for the narrower conv (docs/cnn.md).
   //   auto t = ex.run_region(nodes, {{in, {x, full_region(x.shape())}}},
   //                          {{out, full_region(g.tensor(out).shape)}}, {{out, {16, 48}}});
   std::map<int, Tile> run_region(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
