@@ -132,9 +132,10 @@ void check_cover(const std::vector<std::vector<Cell>>& shares, const Shape& out)
       for (const auto& [b, j] : seen)
         if (!intersect(a.region, b.region).empty() && a.channels.c0 < b.channels.c1 &&
             b.channels.c0 < a.channels.c1)
-          throw InvalidArgument(cat("cnn.tiles: shares ", j, " and ", k,
-                                    " overlap: ", b.region.to_string(), " ", b.channels.to_string(),
-                                    " and ", a.region.to_string(), " ", a.channels.to_string()));
+          throw InvalidArgument(cat("cnn.tiles: the shares of the stage's devices #", j, " and #",
+                                    k, " (0-based, in plan order) overlap: ", b.region.to_string(),
+                                    " ", b.channels.to_string(), " and ", a.region.to_string(), " ",
+                                    a.channels.to_string()));
       seen.emplace_back(a, k);
       covered += a.region.rows() * a.region.cols() * a.channels.size();
     }
