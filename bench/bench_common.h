@@ -156,5 +156,6 @@ void register_gemm_benchmarks();
 void register_conv_benchmarks();
 void register_memory_benchmarks();
 void register_attention_benchmarks();
+void register_cnn_channel_benchmarks();
 
 }  // namespace tandem::bench

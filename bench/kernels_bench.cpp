@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
     register_conv_benchmarks();
     register_memory_benchmarks();
     register_attention_benchmarks();
+    register_cnn_channel_benchmarks();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem_bench_kernels: %s\n", e.what());
     return 1;

@@ -119,6 +119,42 @@ void ConvKernel::run_full(const float* src, int src_block, float* dst, int threa
                       [&] { impl_->run_full(src, src_block, dst, threads); });
 }
 
+std::unique_ptr<ConvKernel> ConvKernel::for_channels(const Node& sliced, const Shape& in_sliced,
+                                                     int threads) {
+  auto k = std::make_unique<ConvKernel>(sliced, in_sliced, impl_->onednn, false);
+  k->flops_ = flops_;  // the whole layer's, so layer_threads() gives the whole conv's count
+  k->bytes_ = bytes_;
+  k->impl_->direct_dw = impl_->direct_dw;
+#if defined(TANDEM_HAVE_DNNL)
+  if (impl_->onednn && !impl_->direct_dw) {
+    threads = layer_threads(threads);
+    onednn_errors_named(impl_->node.name, "", [&] {
+      OmpThreads scope(threads);
+      std::lock_guard lk(impl_->mu);
+      impl_->choose_layout(threads);
+      impl_->full_impl(threads);
+    });
+    Impl& to = *k->impl_;
+    to.layout = impl_->layout;
+    to.block = impl_->block;
+    to.winograd = impl_->winograd;
+    to.avoid_jit_1x1 = impl_->avoid_jit_1x1;
+    to.own_1x1 = impl_->own_1x1;
+    to.full_impl_name = impl_->full_impl_name;  // make_pd matches it for every tile
+    to.slice_blocked_src = impl_->in_full[1] >= impl_->block;
+    if (impl_->node.groups > 1) {  // a grouped conv stays one even when the slice is one group
+      const Tensor& w = sliced.weight;
+      const int64_t g = sliced.groups;
+      to.weights_user = dnnl::memory::desc(Dims{g, w.size(0) / g, w.size(1), w.size(2), w.size(3)},
+                                           kF32, Tag::goihw);
+    }
+  }
+#else
+  (void)threads;
+#endif
+  return k;
+}
+
 int block_size() {
   static const int b = __builtin_cpu_supports("avx512f") ? 16 : 8;
   return b;

@@ -106,6 +106,10 @@ struct ConvKernel::Impl {
   int block = 16;              // channels per block of the blocked layout
   bool winograd = false;       // Winograd allowed (ConvKernel's rule); cleared when its probe fails
   bool avoid_jit_1x1 = false;  // set when jit_1x1 is not exact on row bands (full_impl)
+  // A channel slice of a conv whose source is blocked (ConvKernel::for_channels): the source
+  // stays blocked when the slice reads fewer channels than a block (a depthwise slice), so the
+  // slice runs the whole conv's kernel.
+  bool slice_blocked_src = false;
   // The engine's own AVX-512 1x1 kernel (conv1x1.h) instead of oneDNN: set by full_impl when
   // jit_1x1 is not exact on row bands and the conv fits it.
   bool own_1x1 = false;

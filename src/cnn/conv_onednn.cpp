@@ -80,7 +80,7 @@ dnnl::convolution_forward::primitive_desc ConvKernel::Impl::make_pd_alg(const Di
     const bool fits = node.groups == 1 || is_depthwise(node) ||
                       (xd[1] / node.groups % block == 0 && yd[1] / node.groups % block == 0);
     dst_tag = fits ? block_tag(block) : Tag::any;
-    src_tag = fits && xd[1] >= block ? block_tag(block) : Tag::any;
+    src_tag = fits && (xd[1] >= block || slice_blocked_src) ? block_tag(block) : Tag::any;
   }
   const dnnl::memory::desc src_any(xd, kF32, src_tag);
   const dnnl::memory::desc dst_any(yd, kF32, dst_tag);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "cnn/blocked.h"
 #include "cnn/kernels.h"
@@ -20,17 +21,55 @@ namespace tandem::cnn {
 
 namespace {
 
-// Per-call plan: the region each tensor is computed over and the pool slot holding it.
+// Per-call plan: the nodes that run, the region and channels each tensor is computed over and
+// the pool slot holding it.
 struct Plan {
+  std::vector<int> nodes;       // the given nodes the wanted channels need, in order
   std::vector<Region> regions;  // by tensor id
+  std::vector<Channels> chans;  // by tensor id
   std::vector<int> slot;        // by tensor id; -1: not pooled (input tile or returned tensor)
   std::vector<int64_t> slot_elems;
   MemoryPlan stats;
 };
 
-Shape tile_shape(const Shape& full, const Region& r) {
-  if (full.rank() != 4) return full;
-  return Shape{full[0], full[1], r.rows(), r.cols()};
+Shape tile_shape(const Shape& full, const Region& r, const Channels& c) {
+  if (full.rank() == 4) return Shape{full[0], c.size(), r.rows(), r.cols()};
+  if (full.rank() < 2) return full;
+  Shape s = full;
+  s[1] = c.size();
+  return s;
+}
+
+// A tensor's rows along axis 0 cut to [c0, c1): a view when it is contiguous.
+Tensor rows_of(const Tensor& t, const Channels& c) {
+  if (!t.defined()) return t;
+  const Tensor flat = t.is_contiguous() ? t : t.contiguous();
+  return flat.reshape({flat.numel()}).slice(0, c.c0, c.c1);
+}
+
+// Node `n` restricted to output channels `c` (region.h node_channels): the weight and bias rows
+// of a conv or gemm, the per-channel parameters of an affine or a constant add/mul, as views.
+Node slice_node(const Node& n, const Channels& c, int64_t full_c) {
+  Node s = n;
+  switch (n.op) {
+    case OpKind::kConv:
+      s.weight = n.weight.slice(0, c.c0, c.c1);
+      if (n.groups > 1) s.groups = static_cast<int>(c.size() / (full_c / n.groups));
+      [[fallthrough]];
+    case OpKind::kGemm:
+      if (n.op == OpKind::kGemm) s.weight = n.weight.slice(0, c.c0, c.c1);
+      if (n.bias.defined()) s.bias = rows_of(n.bias, c);
+      break;
+    case OpKind::kAffine:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+      if (n.weight.defined() && n.weight.numel() == full_c) s.weight = rows_of(n.weight, c);
+      if (n.bias.defined() && n.bias.numel() == full_c) s.bias = rows_of(n.bias, c);
+      break;
+    default:
+      break;
+  }
+  return s;
 }
 
 bool env_off(const char* name) {
@@ -58,6 +97,27 @@ struct Executor::Impl {
   std::vector<Tensor> kept;                         // keep_all
   std::vector<double> times;                        // profile
   MemoryPlan last_stats;
+  // Nodes restricted to an output-channel range (run_region with channels), made on first use:
+  // the node with its weight rows as views and, for a conv, its kernel with the slice packed.
+  struct Slice {
+    Node node;
+    std::unique_ptr<kernels::ConvKernel> conv;
+  };
+  std::map<std::tuple<int, int64_t, int64_t>, Slice> slices;
+
+  Slice& slice(int id, const Channels& c) {
+    auto& s = slices[{id, c.c0, c.c1}];
+    if (s.node.outputs.empty()) {
+      const Node& n = g.node(id);
+      s.node = slice_node(n, c, g.tensor(n.outputs[0]).shape[1]);
+      if (convs[id]) {
+        Shape in = g.tensor(n.inputs[0]).shape;
+        in[1] = input_channels(g, id, 0, c).size();
+        s.conv = convs[id]->for_channels(s.node, in, std::max(opts.threads, 1));
+      }
+    }
+    return s;
+  }
 
   // Whole-image runs keep activations blocked when oneDNN runs the convolutions (blocked.h),
   // unless ExecutorOptions::blocked is off or TANDEM_CNN_BLOCKED=0.
@@ -70,9 +130,22 @@ struct Executor::Impl {
 #endif
   }
 
-  Plan make_plan(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
-                 const std::map<int, Region>& wanted) const {
+  Plan make_plan(const std::vector<int>& all, const std::map<int, Tile>& inputs,
+                 const std::map<int, Region>& wanted,
+                 const std::map<int, Channels>& wanted_channels) const {
     Plan p;
+    std::map<int, Channels> want;
+    for (const auto& [t, r] : wanted) {
+      auto it = wanted_channels.find(t);
+      want[t] = it != wanted_channels.end() ? it->second : full_channels(g.tensor(t).shape);
+    }
+    p.chans = required_channels(g, all, want);
+    for (int id : all) {
+      bool needed = false;
+      for (int t : g.node(id).outputs) needed |= !p.chans[t].empty();
+      if (needed) p.nodes.push_back(id);
+    }
+    const std::vector<int>& nodes = p.nodes;
     p.regions = required_regions(g, nodes, wanted);
     const size_t nt = g.tensors().size();
     p.slot.assign(nt, -1);
@@ -84,7 +157,9 @@ struct Executor::Impl {
       for (int t : g.node(id).outputs)
         pooled[t] = !wanted.count(t) && !opts.keep_all && !inputs.count(t);
     std::vector<int> free_slots;
-    auto elems = [&](int t) { return tile_shape(g.tensor(t).shape, p.regions[t]).numel(); };
+    auto elems = [&](int t) {
+      return tile_shape(g.tensor(t).shape, p.regions[t], p.chans[t]).numel();
+    };
     auto take = [&](int t) {
       const int64_t need = elems(t);
       p.stats.naive_bytes += need * 4;
@@ -130,7 +205,7 @@ struct Executor::Impl {
           n.op == OpKind::kConv ? (n.inputs.size() == 2 ? n.inputs[1] : -1) : n.inputs[0];
       if ((elementwise(n.op) || n.op == OpKind::kConv) && pooled[n.outputs[0]]) {
         for (int t : dying)
-          if (p.regions[t] == p.regions[n.outputs[0]] &&
+          if (p.regions[t] == p.regions[n.outputs[0]] && p.chans[t] == p.chans[n.outputs[0]] &&
               g.tensor(t).shape == g.tensor(n.outputs[0]).shape && over == t) {
             reuse = t;
             break;
@@ -152,22 +227,21 @@ struct Executor::Impl {
   }
 
   // Runs `nodes` under plan p; tiles of every computed tensor end up in `tiles`.
-  void execute(const std::vector<int>& nodes, const Plan& p, std::vector<Tensor>& slots,
-               std::vector<kernels::View>& views) {
+  void execute(const Plan& p, std::vector<Tensor>& slots, std::vector<kernels::View>& views) {
     const int threads = std::max(opts.threads, 1);
     if (slots.size() != p.slot_elems.size()) slots.resize(p.slot_elems.size());
     for (size_t s = 0; s < slots.size(); ++s)
       if (!slots[s].defined() || slots[s].numel() < p.slot_elems[s])
         slots[s] = Tensor::empty({std::max<int64_t>(p.slot_elems[s], 1)}, DType::kF32);
     auto make_out = [&](int t) {
-      const Shape s = tile_shape(g.tensor(t).shape, p.regions[t]);
+      const Shape s = tile_shape(g.tensor(t).shape, p.regions[t], p.chans[t]);
       Tensor out = p.slot[t] >= 0 ? slots[p.slot[t]].slice(0, 0, s.numel()).reshape(s)
                                   : Tensor::empty(s, DType::kF32);
-      views[t] = {out, p.regions[t], g.tensor(t).shape};
+      views[t] = {out, p.regions[t], g.tensor(t).shape, p.chans[t]};
       return out;
     };
     if (opts.profile) times.assign(g.nodes().size(), 0.0);
-    for (int id : nodes) {
+    for (int id : p.nodes) {
       const auto t0 = std::chrono::steady_clock::now();
       run_node(id, p, views, make_out, threads);
       if (opts.profile)
@@ -184,9 +258,16 @@ struct Executor::Impl {
       Region out;
       for (int t : n.outputs) out = hull(out, p.regions[t]);
       if (out.empty()) return;
-      std::vector<kernels::View> in(n.inputs.size());
+      // A node asked for part of its channels runs restricted to them (slice()).
+      const Channels och = p.chans[n.outputs[0]];
+      Slice* part = n.outputs.size() == 1 && !(och == full_channels(g.tensor(n.outputs[0]).shape))
+                        ? &slice(id, och)
+                        : nullptr;
+      std::vector<kernels::View> in;
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const int t = n.inputs[i];
+        const Channels need_c = input_channels(g, id, static_cast<int>(i), och);
+        if (need_c.empty()) continue;  // a concat input outside the channels computed
         const kernels::View& v = views[t];
         if (!v.t.defined())
           throw InvalidArgument(cat("cnn run_region: node '", n.name, "' reads '", g.tensor(t).name,
@@ -196,11 +277,16 @@ struct Executor::Impl {
           throw InvalidArgument(cat("cnn run_region: the tile of '", g.tensor(t).name, "' covers ",
                                     v.region.to_string(), " but node '", n.name, "' needs ",
                                     need.to_string()));
-        in[i] = kernels::crop(v, need);
+        if (!v.ch.contains(need_c))
+          throw InvalidArgument(cat("cnn run_region: the tile of '", g.tensor(t).name,
+                                    "' holds channels ", v.ch.to_string(), " but node '", n.name,
+                                    "' needs ", need_c.to_string()));
+        in.push_back(kernels::crop_channels(kernels::crop(v, need), need_c));
       }
       std::vector<Tensor> ys;
       for (int t : n.outputs) ys.push_back(make_out(t));
-      kernels::dispatch(n, convs[id].get(), in, out, ys, threads);
+      kernels::dispatch(part ? part->node : n, part ? part->conv.get() : convs[id].get(), in, out,
+                        ys, threads);
     }
   }
 };
@@ -326,7 +412,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
       throw InvalidArgument(cat("cnn::Executor::run: input '", g.tensor(t).name, "' must be f32 ",
                                 g.tensor(t).shape.to_string(), ", got ",
                                 x.defined() ? x.to_string() : "undefined"));
-    tiles[t] = {x, full_region(x.shape())};
+    tiles[t] = {x, full_region(x.shape()), full_channels(x.shape())};
   }
   if (m.device) return m.device->run(inputs);
   if (m.use_blocked()) {
@@ -345,12 +431,13 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   for (int t : g.outputs()) wanted[t] = full_region(g.tensor(t).shape);
   const std::vector<int> nodes = all_nodes(g);
   if (!m.have_full_plan) {
-    m.full_plan = m.make_plan(nodes, tiles, wanted);
+    m.full_plan = m.make_plan(nodes, tiles, wanted, {});
     m.have_full_plan = true;
   }
   std::vector<kernels::View> views(g.tensors().size());
-  for (const auto& [t, tile] : tiles) views[t] = {tile.data, tile.region, g.tensor(t).shape};
-  m.execute(nodes, m.full_plan, m.full_slots, views);
+  for (const auto& [t, tile] : tiles)
+    views[t] = {tile.data, tile.region, g.tensor(t).shape, tile.channels};
+  m.execute(m.full_plan, m.full_slots, views);
   m.last_stats = m.full_plan.stats;
   if (m.opts.keep_all) {
     m.kept.assign(g.tensors().size(), Tensor());
@@ -363,7 +450,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
 
 std::map<int, Tile> Executor::run_region(const std::vector<int>& nodes,
                                          const std::map<int, Tile>& inputs,
-                                         const std::map<int, Region>& wanted) {
+                                         const std::map<int, Region>& wanted,
+                                         const std::map<int, Channels>& channels) {
   Impl& m = *impl_;
   const Graph& g = m.g;
   if (m.device)
@@ -376,15 +464,29 @@ std::map<int, Tile> Executor::run_region(const std::vector<int>& nodes,
   for (const auto& [t, tile] : inputs) {
     if (t < 0 || t >= static_cast<int>(g.tensors().size()))
       throw InvalidArgument(cat("cnn run_region: tensor id ", t, " out of range"));
-    const Shape want = tile_shape(g.tensor(t).shape, tile.region);
+    const Shape& shape = g.tensor(t).shape;
+    const Channels have = tile.channels.empty() ? full_channels(shape) : tile.channels;
+    if (!full_channels(shape).contains(have))
+      throw InvalidArgument(cat("cnn run_region: tile of '", g.tensor(t).name, "' holds channels ",
+                                have.to_string(), " outside ", shape.to_string()));
+    const Shape want = tile_shape(shape, tile.region, have);
     if (!tile.data.defined() || !(tile.data.shape() == want))
       throw InvalidArgument(cat("cnn run_region: tile of '", g.tensor(t).name, "' for ",
                                 tile.region.to_string(), " must have shape ", want.to_string()));
-    views[t] = {tile.data, tile.region, g.tensor(t).shape};
+    views[t] = {tile.data, tile.region, shape, have};
   }
-  Plan p = m.make_plan(nodes, inputs, wanted);
+  for (const auto& [t, c] : channels) {
+    if (!wanted.count(t))
+      throw InvalidArgument(
+          cat("cnn run_region: channels asked of tensor id ", t, ", which is not wanted"));
+    if (c.empty() || !full_channels(g.tensor(t).shape).contains(c))
+      throw InvalidArgument(cat("cnn run_region: channels ", c.to_string(), " of '",
+                                g.tensor(t).name, "' are not inside ",
+                                full_channels(g.tensor(t).shape).to_string()));
+  }
+  Plan p = m.make_plan(nodes, inputs, wanted, channels);
   std::vector<Tensor> slots;
-  m.execute(nodes, p, slots, views);
+  m.execute(p, slots, views);
   m.last_stats = p.stats;
   std::map<int, Tile> out;
   for (const auto& [t, r] : wanted) {
@@ -393,7 +495,9 @@ std::map<int, Tile> Executor::run_region(const std::vector<int>& nodes,
       throw InvalidArgument(
           cat("cnn run_region: '", g.tensor(t).name, "' is not computed by the given nodes"));
     const Region want = intersect(r, full_region(g.tensor(t).shape));
-    out[t] = {kernels::crop(v, want).t.contiguous(), want};
+    auto c = channels.find(t);
+    const Channels ch = c != channels.end() ? c->second : full_channels(g.tensor(t).shape);
+    out[t] = {kernels::crop_channels(kernels::crop(v, want), ch).t.contiguous(), want, ch};
   }
   return out;
 }

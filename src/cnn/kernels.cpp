@@ -84,6 +84,15 @@ View crop(const View& v, const Region& r) {
   return o;
 }
 
+View crop_channels(const View& v, const Channels& c) {
+  if (v.t.rank() < 2 || c == v.ch) return v;
+  TANDEM_CHECK(v.ch.contains(c)) << "tile " << v.ch.to_string() << " lacks " << c.to_string();
+  View o = v;
+  o.t = v.t.slice(1, c.c0 - v.ch.c0, c.c1 - v.ch.c0);
+  o.ch = c;
+  return o;
+}
+
 float apply_act(float v, const Activation& a) {
   switch (a.kind) {
     case ActKind::kNone:

@@ -19,10 +19,13 @@ struct View {
   Tensor t;       // [N, C, region.rows(), region.cols()] (rank 4), or the whole tensor
   Region region;  // what t holds, in full-tensor coordinates
   Shape full;     // the full tensor's shape
+  Channels ch{};  // the channels of `full` t holds (C = ch.size()); the executor sets it
 };
 
 // `v` restricted to `r` (which it must contain): a strided view, no copy.
 View crop(const View& v, const Region& r);
+// `v` restricted to channels `c` (which it must hold): a strided view, no copy.
+View crop_channels(const View& v, const Channels& c);
 
 float apply_act(float v, const Activation& a);
 
@@ -45,6 +48,14 @@ class ConvKernel {
   // The implementation that ran last: oneDNN's impl_info_str() (" (nchw)" when on plain
   // activations), "tandem:direct_dw" or "ops::conv2d".
   std::string impl_name() const;
+
+  // A kernel for the output channels of `sliced`: this node with its weight and bias rows cut to
+  // an output-channel range (views; whole groups of a grouped conv), reading `in_sliced` (the
+  // input channels those rows read). It packs the sliced weights once, on its first run, and
+  // takes this kernel's choices for the whole conv (implementation, layout, threads), so each
+  // output channel is summed in the order of the whole conv where oneDNN offers that
+  // implementation for the narrower shape.
+  std::unique_ptr<ConvKernel> for_channels(const Node& sliced, const Shape& in_sliced, int threads);
 
   // The whole-input path of the executor's blocked pipeline (oneDNN, not the direct depthwise
   // kernel): src is the whole input in layout `src_block` (0: NCHW, B: nChwBc with B =

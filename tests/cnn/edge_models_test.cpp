@@ -54,8 +54,8 @@ INSTANTIATE_TEST_SUITE_P(Paper, EdgeModels,
 // Edge plans on the pipeline runtime: each system's plan for ResNet-18 on the 4-device testbed,
 // as the runtime's PipelinePlan of cnn.tiles stages (group stages split, run on their devices
 // and stitched), run by sched::Pipeline with local stages called directly and over inproc://,
-// equals the single-device run (row bands bit for bit, EFL's 2-D tiles within the tolerance).
-// LW is left out: its fully connected step splits output features, which cnn.tiles refuses.
+// equals the single-device run (row bands bit for bit, EFL's 2-D tiles within the tolerance; LW's
+// fully connected step split by output features, bit for bit).
 TEST(EdgeRuntime, PlansRunOnThePipelineRuntimeAndMatchOneDevice) {
   const std::filesystem::path model = cnn::testing::models_dir() / "resnet18.onnx";
   if (!std::filesystem::exists(model))
@@ -70,7 +70,7 @@ TEST(EdgeRuntime, PlansRunOnThePipelineRuntimeAndMatchOneDevice) {
   const Tensor image = cnn::testing::random_tensor(g.tensor(g.inputs()[0]).shape, 5);
   const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
   int groups = 0;
-  for (const char* system : {"pico", "efl", "ofl", "pipeedge"}) {
+  for (const char* system : {"pico", "efl", "ofl", "pipeedge", "lw"}) {
     const sched::PipelinePlan plan =
         to_pipeline_plan(plan_system(system, pb), pb, model.string(), "pico-4");
     for (const auto& st : plan.stages) groups += st.is_group();
@@ -97,6 +97,104 @@ TEST(EdgeRuntime, PlansRunOnThePipelineRuntimeAndMatchOneDevice) {
     }
   }
   EXPECT_GT(groups, 0) << "no plan split a stage over several devices";
+}
+
+// Runs `plan` on sched::Pipeline (local stages called directly, then over inproc://) for two frames
+// of `image` and returns every output.
+std::vector<Tensor> run_plan(const sched::PipelinePlan& plan, const ClusterSpec& cl,
+                             const Tensor& image) {
+  std::vector<Tensor> outs;
+  for (bool direct : {true, false}) {
+    sched::PipelineOptions o;
+    o.direct_local = direct;
+    o.emulate_devices = o.emulate_links = false;
+    sched::Pipeline pipe(sched::PipelinePlan::from_json(plan.to_json()), cl, {}, o);
+    std::vector<sched::Request> reqs(2);
+    for (uint64_t id = 0; id < 2; ++id) {
+      reqs[id].id = id;
+      reqs[id].micros.push_back(sched::Packet{});
+      reqs[id].micros[0].tensors = {image};
+    }
+    const sched::RunReport r = pipe.run(std::move(reqs));
+    for (const auto& [id, out] : r.outputs) outs.push_back(out.at(0).tensors.at(0));
+  }
+  return outs;
+}
+
+// DeepZoning's modes on the runtime (spec cnn.md §3.3), a plan built by hand on ResNet-18 over
+// the 4-device testbed: the stem in channel mode (each device the whole map and a channel range,
+// one not a multiple of the 16-channel block), two residual blocks in hybrid mode (a 2 x 2 grid
+// of row halves x channel ranges, one device holding two cells), the middle on one device and
+// the classifier split by output features. Equals the single-device run bit for bit; a share
+// set with a hole or an overlap is refused naming the shares.
+TEST(EdgeRuntime, ChannelAndHybridSharesMatchOneDevice) {
+  const std::filesystem::path model = cnn::testing::models_dir() / "resnet18.onnx";
+  if (!std::filesystem::exists(model))
+    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
+                 << cnn::testing::models_dir() << " --models resnet18";
+  const Graph g = import_onnx(model.string());
+  const Chain chain = linearise(g);
+  const ClusterSpec cl = ClusterSpec::from_json_file(
+      (std::filesystem::path(TANDEM_CLUSTERS_DIR) / "pico-4.json").string());
+  ASSERT_GE(cl.devices.size(), 4u);
+  std::vector<std::string> dev;
+  for (const auto& d : cl.devices) dev.push_back(d.name);
+  const int last = chain.size() - 1;
+  ASSERT_TRUE(chain.piece(last).dense);
+  ASSERT_GT(last, 5);
+  auto config = [&](int first, int to) {
+    return nlohmann::json{{"kind", "cnn.tiles"},
+                          {"model", model.string()},
+                          {"pieces", {first, to}},
+                          {"from", g.tensor(chain.piece(first).in_tensor).name},
+                          {"to", g.tensor(chain.piece(to).out_tensor).name}};
+  };
+  auto share = [](const std::string& d, nlohmann::json j) { return sched::DeviceShare{d, j}; };
+  const int64_t c1 = chain.piece(1).out_shape[1];
+  const Shape& b = chain.piece(3).out_shape;
+  const int64_t h = b[2], w = b[3], cb = b[1], f = chain.piece(last).out_shape[1];
+  sched::PipelinePlan plan;
+  plan.system = "hand";
+  plan.cluster = "pico-4";
+  plan.stages.emplace_back(
+      std::vector{share(dev[0], {{"channels", {0, 24}}}), share(dev[1], {{"channels", {24, c1}}})},
+      config(0, 1));
+  const nlohmann::json top{{"rows", {0, h / 2}}, {"cols", {0, w}}};
+  const nlohmann::json bottom{{"rows", {h / 2, h}}, {"cols", {0, w}}};
+  auto with = [](nlohmann::json j, int64_t a, int64_t z) {
+    j["channels"] = {a, z};
+    return j;
+  };
+  plan.stages.emplace_back(
+      std::vector{
+          share(dev[0], with(top, 0, cb / 2)), share(dev[1], with(top, cb / 2, cb)),
+          share(dev[2], with(bottom, 0, cb / 2)),
+          share(dev[3], {{"tiles", {with(bottom, cb / 2, cb - 8), with(bottom, cb - 8, cb)}}})},
+      config(2, 3));
+  plan.stages.emplace_back(dev[2], config(4, last - 1));
+  plan.stages.emplace_back(std::vector{share(dev[0], {{"channels", {0, 300}}}),
+                                       share(dev[1], {{"channels", {300, 701}}}),
+                                       share(dev[3], {{"channels", {701, f}}})},
+                           config(last, last));
+  const Tensor image = cnn::testing::random_tensor(g.tensor(g.inputs()[0]).shape, 7);
+  const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
+  const std::vector<Tensor> outs = run_plan(plan, cl, image);
+  ASSERT_EQ(outs.size(), 4u);
+  for (const Tensor& got : outs) {
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_TRUE(cnn::testing::bit_equal(got, want))
+        << "error " << cnn::testing::scaled_max_error(got, want);
+  }
+  // A hole (channels c1-1 of the stem computed by nobody) and an overlap are refused by split.
+  sched::PipelinePlan hole = plan;
+  hole.stages[0].devices[1].share = {{"channels", {24, c1 - 1}}};
+  EXPECT_THROW(run_plan(hole, cl, image), InvalidArgument);
+  sched::PipelinePlan overlap = plan;
+  overlap.stages[3].devices[1].share = {{"channels", {299, 701}}};
+  EXPECT_THROW(run_plan(overlap, cl, image), InvalidArgument);
+  sched::PipelinePlan outside = plan;
+  outside.stages[3].devices[2].share = {{"channels", {701, f + 1}}};
+  EXPECT_THROW(run_plan(outside, cl, image), InvalidArgument);
 }
 
 }  // namespace

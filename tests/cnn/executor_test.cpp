@@ -542,6 +542,202 @@ TEST(CnnRegion, WinogradTilesAreBitIdentical) {
   }
 }
 
+// --- channel subsets (run_region with channels)
+// ---------------------------------------------------
+
+Tensor channel_slice(const Tensor& t, const Channels& c) {
+  return t.slice(1, c.c0, c.c1).contiguous();
+}
+
+struct ChannelCase {
+  const char* name;
+  int c, o, kh, s, d, groups;
+  bool residual;
+  int64_t hw = 13;    // input map hw x (hw - 2)
+  bool exact = true;  // slices bit-identical (else within 1e-5, the reason at the case)
+};
+
+// Output channels [c0, c1) of a conv (and a row band of them), computed alone by run_region, equal
+// those channels of the whole conv. The slice runs the whole conv's kernel (implementation,
+// layout, threads) on views of its weight rows, so each channel is summed in the same order:
+// bit-identical (oneDNN's blocked jit kernels, its depthwise kernel and the grouped jit kernel
+// keep a channel's sum order whatever the output count), except a slice inside one group of a
+// grouped (not depthwise) conv: oneDNN runs a one-group conv with another blocking of the
+// group's input-channel sum, so those are checked within 1e-5; and oneDNN's jit_1x1 kernel on a
+// wide 1x1 conv (ResNet-50's 256 -> 1024 on 14x14), which blocks the input-channel sum by the
+// output-channel count as it does by the map size (conv1x1.h): within 1e-5.
+TEST(CnnChannels, ConvChannelSubsetsEqualTheWholeConv) {
+  for (const ChannelCase k : {ChannelCase{"3x3", 16, 48, 3, 1, 1, 1, false},
+                              ChannelCase{"1x1", 32, 40, 1, 1, 1, 1, false},
+                              ChannelCase{"1x1 residual", 24, 36, 1, 1, 1, 1, true},
+                              ChannelCase{"3x3 stride 2", 8, 32, 3, 2, 1, 1, false},
+                              ChannelCase{"3x3 dilation 2", 16, 24, 3, 1, 2, 1, true},
+                              ChannelCase{"depthwise", 24, 24, 3, 1, 1, 24, false},
+                              ChannelCase{"depthwise stride 2", 32, 32, 3, 2, 1, 32, false},
+                              ChannelCase{"grouped", 16, 32, 3, 1, 1, 4, false},
+                              ChannelCase{"1x1 wide", 256, 1024, 1, 1, 1, 1, false, 14, false}}) {
+    Node n;
+    n.op = OpKind::kConv;
+    n.name = k.name;
+    const int pad = (k.kh - 1) / 2 * k.d;
+    n.window = {k.kh, k.kh, k.s, k.s, k.d, k.d, pad, pad, pad, pad};
+    n.groups = k.groups;
+    n.weight = random_tensor({k.o, k.c / k.groups, k.kh, k.kh}, 31, 0.3f);
+    n.bias = random_tensor({k.o}, 32);
+    n.act = {ActKind::kRelu, 0, 0};
+    const Shape xs{1, k.c, k.hw, k.hw - 2};
+    const Graph g = one_by_one_graph(n, xs, k.residual);
+    const int x = g.inputs()[0], y = g.outputs()[0];
+    const Shape& ys = g.tensor(y).shape;
+    const Tensor xin = random_tensor(xs, 33);
+    const Tensor rin = random_tensor(ys, 34);
+    const std::vector<Tensor> inputs =
+        k.residual ? std::vector<Tensor>{xin, rin} : std::vector<Tensor>{xin};
+    for (int threads : {1, 2}) {
+      Executor ex(g, {.threads = threads});
+      const Tensor whole = ex.run(inputs)[0];
+      const int64_t o = k.o;
+      for (const Channels c : {Channels{0, 16}, Channels{16, o}, Channels{5, o - 3},
+                               Channels{o - 1, o}, Channels{0, o}, Channels{0, o / 4}}) {
+        for (const Region out : {full_region(ys), Region{2, ys[2] - 1, 0, ys[3]}}) {
+          const std::vector<Region> need = required_regions(g, {0}, {{y, out}});
+          std::map<int, Tile> in{{x, {testing::crop_tensor(xin, need[x]), need[x]}}};
+          if (k.residual) in[g.inputs()[1]] = {testing::crop_tensor(rin, out), out};
+          const Tile got = ex.run_region({0}, in, {{y, out}}, {{y, c}}).at(y);
+          EXPECT_EQ(got.channels, c);
+          const Tensor want = channel_slice(testing::crop_tensor(whole, out), c);
+          const int64_t per_group = o / k.groups;
+          if (!k.exact ||
+              (k.groups > 1 && k.groups < o && c.c0 / per_group == (c.c1 - 1) / per_group))
+            EXPECT_LE(scaled_max_error(got.data, want), 1e-5) << k.name << " " << c.to_string();
+          else
+            EXPECT_TRUE(testing::bit_equal(got.data, want))
+                << k.name << ", channels " << c.to_string() << ", rows " << out.to_string() << ", "
+                << threads << " threads (kernel " << ex.node_impls()[0] << ")";
+        }
+      }
+    }
+  }
+}
+
+// Output features of a fully connected layer (LW's split): the slice runs the same sgemm on the
+// weight rows [f0, f1) (a view), each output a dot product over the same inputs.
+TEST(CnnChannels, GemmFeatureSubsetsEqualTheWholeGemm) {
+  const Tensor x = random_tensor({2, 96}, 41);
+  Node n;
+  n.op = OpKind::kGemm;
+  n.weight = random_tensor({40, 96}, 42, 0.2f);
+  n.bias = random_tensor({40}, 43);
+  n.act.kind = ActKind::kRelu;
+  const Graph g = single(x.shape(), n);
+  Executor ex(g);
+  const Tensor whole = ex.run({x})[0];
+  const int y = g.outputs()[0];
+  for (const Channels f : {Channels{0, 13}, Channels{13, 40}, Channels{39, 40}, Channels{7, 31}}) {
+    const Tile got = ex.run_region({0}, {{g.inputs()[0], {x, full_region(x.shape())}}},
+                                   {{y, full_region(whole.shape())}}, {{y, f}})
+                         .at(y);
+    ASSERT_EQ(got.data.shape(), (Shape{2, f.size()}));
+    EXPECT_LE(scaled_max_error(got.data, channel_slice(whole, f)), 1e-6) << f.to_string();
+    EXPECT_TRUE(testing::bit_equal(got.data, channel_slice(whole, f))) << f.to_string();
+  }
+}
+
+// Channels through a segment: the residual block (conv, conv, 1x1 skip, add, resize) computes
+// c1 whole (c2 reads every one of its channels) and only the asked channels of c2, the skip, the
+// add and the resize; the result equals the whole run's channels, also for a row band (hybrid).
+TEST(CnnChannels, SegmentChannelsEqualTheWholeRun) {
+  const Graph g = residual_block();
+  const int x = g.inputs()[0], z = g.outputs()[0];
+  const Tensor in = random_tensor({1, 2, 16, 12}, 51);
+  Executor whole_ex(g);
+  const Tensor whole = whole_ex.run({in})[0];
+  const std::vector<Channels> need = required_channels(g, all_nodes(g), {{z, {1, 3}}});
+  EXPECT_EQ(need[g.find_tensor("a")], (Channels{0, 4}));  // c2 reads every channel of a
+  EXPECT_EQ(need[g.find_tensor("b")], (Channels{1, 3}));
+  EXPECT_EQ(need[g.find_tensor("c")], (Channels{1, 3}));
+  EXPECT_EQ(need[x], (Channels{0, 2}));
+  Executor ex(g);
+  for (const Channels c : {Channels{0, 1}, Channels{1, 3}, Channels{3, 4}}) {
+    for (const Region out : {full_region(whole.shape()), Region{5, 12, 0, 12}}) {
+      const Region r = required_regions(g, all_nodes(g), {{z, out}})[x];
+      const Tile got =
+          ex.run_region(all_nodes(g), {{x, {testing::crop_tensor(in, r), r}}}, {{z, out}}, {{z, c}})
+              .at(z);
+      EXPECT_TRUE(testing::bit_equal(got.data, channel_slice(testing::crop_tensor(whole, out), c)))
+          << c.to_string() << " " << out.to_string();
+    }
+  }
+}
+
+// The channel algebra of concat (each input its part), grouped convs (whole groups) and
+// non-channelwise ops (everything), and the errors for channels outside a tensor.
+TEST(CnnChannels, ConcatGroupsAndErrors) {
+  Graph g;
+  const int x = g.add_tensor("x", {1, 8, 6, 6});
+  g.add_input(x);
+  const int a = g.add_tensor("a"), b = g.add_tensor("b"), y = g.add_tensor("y");
+  Node grouped;
+  grouped.name = "grouped";
+  grouped.op = OpKind::kConv;
+  grouped.window = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  grouped.groups = 2;
+  grouped.weight = random_tensor({12, 4, 3, 3}, 61, 0.3f);
+  grouped.inputs = {x};
+  grouped.outputs = {a};
+  g.add_node(grouped);
+  Node pool;
+  pool.name = "pool";
+  pool.op = OpKind::kMaxPool;
+  pool.window = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  pool.inputs = {x};
+  pool.outputs = {b};
+  g.add_node(pool);
+  Node cat_node;
+  cat_node.name = "concat";
+  cat_node.op = OpKind::kConcat;
+  cat_node.inputs = {a, b};
+  cat_node.outputs = {y};
+  g.add_node(cat_node);
+  g.add_output(y);
+  g.infer_shapes();
+  const std::vector<int> nodes = all_nodes(g);
+  auto need = required_channels(g, nodes, {{y, {7, 14}}});
+  EXPECT_EQ(need[a], (Channels{6, 12}));  // channels 7..11 of a: its second group, whole
+  EXPECT_EQ(need[b], (Channels{0, 2}));
+  EXPECT_EQ(need[x], (Channels{0, 8}));  // group 2's inputs 4..7 and the pool's 0..1
+  need = required_channels(g, nodes, {{y, {12, 15}}});
+  EXPECT_TRUE(need[a].empty());  // the conv need not run
+  EXPECT_EQ(need[x], (Channels{0, 3}));
+  const Tensor in = random_tensor({1, 8, 6, 6}, 62);
+  Executor ex(g);
+  const Tensor whole = ex.run({in})[0];
+  const std::map<int, Tile> inputs{{x, {in, full_region(in.shape())}}};
+  const std::map<int, Region> want{{y, full_region(whole.shape())}};
+  // [7, 14) and [0, 5) run one group of the conv alone (within 1e-5, see above).
+  for (const Channels c : {Channels{7, 14}, Channels{12, 15}, Channels{0, 5}, Channels{3, 20}}) {
+    const Tile got = ex.run_region(nodes, inputs, want, {{y, c}}).at(y);
+    EXPECT_LE(scaled_max_error(got.data, channel_slice(whole, c)), 1e-5) << c.to_string();
+    if (c.c0 < 6 && c.c1 > 6 || c.c0 >= 12)
+      EXPECT_TRUE(testing::bit_equal(got.data, channel_slice(whole, c))) << c.to_string();
+  }
+  // Input tiles may hold a channel range, when it covers what the nodes read.
+  const Tile part =
+      ex.run_region(nodes,
+                    {{x, {channel_slice(in, {0, 3}), full_region(in.shape()), Channels{0, 3}}}},
+                    want, {{y, {12, 15}}})
+          .at(y);
+  EXPECT_TRUE(testing::bit_equal(part.data, channel_slice(whole, {12, 15})));
+  EXPECT_THROW(
+      ex.run_region(nodes,
+                    {{x, {channel_slice(in, {0, 3}), full_region(in.shape()), Channels{0, 3}}}},
+                    want, {{y, {7, 14}}}),
+      InvalidArgument);
+  EXPECT_THROW(ex.run_region(nodes, inputs, want, {{y, {18, 21}}}), InvalidArgument);
+  EXPECT_THROW(ex.run_region(nodes, inputs, want, {{y, {4, 4}}}), InvalidArgument);
+  EXPECT_THROW(ex.run_region(nodes, inputs, want, {{a, {0, 4}}}), InvalidArgument);
+}
+
 TEST(CnnRegion, CutTensorsAreTheDominators) {
   const Graph g = residual_block();
   const auto cuts = cut_tensors(g);

@@ -58,10 +58,12 @@ struct ExecutorOptions {
 };
 
 // A tile: `data` is [N, C, region.rows(), region.cols()] for a rank-4 tensor (the whole tensor
-// otherwise) and holds `region` of the full tensor.
+// otherwise) and holds `region` of the full tensor; with `channels` set, only those channels of
+// axis 1 (C = channels.size(); for a rank-2 tensor, those features).
 struct Tile {
   Tensor data;
   Region region;
+  Channels channels{};  // empty: every channel
 };
 
 struct MemoryPlan {
@@ -84,8 +86,22 @@ class TANDEM_API Executor {
   // tensors. `inputs` must hold a tile, covering at least the required region (required_regions),
   // of every tensor the sub-graph reads but does not compute. Returns tiles of the wanted tensors
   // cut exactly to the wanted regions.
+  //
+  // `channels` restricts a wanted tensor to a channel range (region.h, required_channels): only
+  // the nodes and channels that range needs run (a conv on its slice of output channels, a gemm
+  // on its slice of features), and the returned tile holds just those channels. A channel slice
+  // of a conv or gemm runs on the node's weight rows as a view; a conv's slice is packed once
+  // into the layout its kernel wants and cached here (the same range costs no packing the next
+  // time), and its kernel is the whole conv's (same implementation, layout and threads), so each
+  // output channel is summed in the same order as in the whole run: bit-identical for oneDNN's
+  // blocked jit, depthwise and grouped kernels and for gemm; within 1e-5 for a slice inside one
+  // group of a grouped conv and for oneDNN's jit_1x1 on wide 1x1 convs, which block the
+  // input-channel sum differently for the narrower conv (docs/cnn.md).
+  //   auto t = ex.run_region(nodes, {{in, {x, full_region(x.shape())}}},
+  //                          {{out, full_region(g.tensor(out).shape)}}, {{out, {16, 48}}});
   std::map<int, Tile> run_region(const std::vector<int>& nodes, const std::map<int, Tile>& inputs,
-                                 const std::map<int, Region>& wanted);
+                                 const std::map<int, Region>& wanted,
+                                 const std::map<int, Channels>& channels = {});
 
   // With keep_all: every tensor of the last run(), by tensor id (undefined for ones not computed).
   const std::vector<Tensor>& tensors() const;

@@ -83,6 +83,48 @@ TANDEM_API std::vector<int> all_nodes(const Graph& g);
 TANDEM_API std::vector<Region> required_regions(const Graph& g, const std::vector<int>& nodes,
                                                 const std::map<int, Region>& wanted);
 
+// Channel ranges, the second axis of partitioning (DeepZoning's channel and hybrid modes, LW's
+// split of a fully connected layer; spec cnn.md §3.3): [c0, c1) of a tensor's axis 1 (the channels
+// of an NCHW map, the features of a rank-2 tensor). required_channels() walks a sub-graph backwards
+// like required_regions(); per node, output channels [c0, c1) read:
+//   conv: every input channel (groups == 1), or the input channels of the groups that own
+//     [c0, c1) (grouped, depthwise); a grouped conv computes whole groups, so its computed range
+//     is [c0, c1) rounded out to whole groups; its residual: [c0, c1);
+//   gemm: every input feature (the output features are [c0, c1));
+//   activations, affine, pools, global pool, nearest resize, add and mul (of same-channel
+//     operands, or with a scalar or per-channel constant): the same channels;
+//   concat on axis 1: each input its part of [c0, c1) (possibly none);
+//   split, flatten, reshape, softmax, and anything else: the whole input, and they compute their
+//     whole output.
+//
+//   auto ch = cnn::required_channels(g, nodes, {{out, {0, 64}}});   // channels 0..63 of `out`
+struct Channels {
+  int64_t c0 = 0, c1 = 0;  // half-open
+  bool empty() const { return c1 <= c0; }
+  int64_t size() const { return c1 - c0; }
+  bool contains(const Channels& c) const { return c.c0 >= c0 && c.c1 <= c1; }
+  friend bool operator==(const Channels& a, const Channels& b) {
+    return a.c0 == b.c0 && a.c1 == b.c1;
+  }
+  TANDEM_API std::string to_string() const;  // "ch[c0,c1)"
+};
+
+// [0, shape[1]) for rank >= 2, [0, 1) otherwise.
+TANDEM_API Channels full_channels(const Shape& s);
+TANDEM_API Channels hull(const Channels& a, const Channels& b);  // an empty operand is ignored
+
+// The channels node `node` computes when [want] of its outputs are asked for (see above).
+TANDEM_API Channels node_channels(const Graph& g, int node, const Channels& want);
+// The channels of input `input` that node `node` reads to compute `out` (a node_channels result);
+// empty when it reads none of it (a concat input outside the range).
+TANDEM_API Channels input_channels(const Graph& g, int node, int input, const Channels& out);
+
+// For the sub-graph `nodes` (topological order) and the channels wanted of some tensors, the
+// channels every tensor must be computed over or received with (the hull over its consumers and
+// the wanted range); empty for tensors the wanted ones do not need (their producers need not run).
+TANDEM_API std::vector<Channels> required_channels(const Graph& g, const std::vector<int>& nodes,
+                                                   const std::map<int, Channels>& wanted);
+
 // Tensors that every path from the graph inputs to the graph outputs passes through, in
 // topological order (graph inputs first when there is a single one; the last cut is the single
 // output's when there is one). Computed with immediate dominators on the tensor DAG with a virtual
