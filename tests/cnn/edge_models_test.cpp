@@ -197,5 +197,43 @@ TEST(EdgeRuntime, ChannelAndHybridSharesMatchOneDevice) {
   EXPECT_THROW(run_plan(outside, cl, image), InvalidArgument);
 }
 
+// DeepZoning's own plans on the runtime (issue 18): its latency and throughput variants and CoEdge
+// on ResNet-18 over the 4-device testbed, and DeepZoning on VGG-16 with every link at 100 Gbit/s,
+// where the planner chooses channel and hybrid modes (asserted), equal the single-device run
+// (within kRectTol: wide 1x1 slices sum their input channels in another order, see executor_test).
+TEST(EdgeRuntime, DeepZoningPlansMatchOneDevice) {
+  for (const char* name : {"resnet18", "vgg16"}) {
+    const std::filesystem::path model = cnn::testing::models_dir() / (std::string(name) + ".onnx");
+    if (!std::filesystem::exists(model))
+      GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
+                   << cnn::testing::models_dir() << " --models " << name;
+    const Graph g = import_onnx(model.string());
+    const Chain chain = linearise(g);
+    const AnalyticCostModel cost;
+    ClusterSpec cl = ClusterSpec::from_json_file(
+        (std::filesystem::path(TANDEM_CLUSTERS_DIR) / "pico-4.json").string());
+    const bool fast = std::string(name) == "vgg16";
+    if (fast)
+      for (LinkProfile& l : cl.links) l.bandwidth_bytes_per_s = 1.25e10;
+    const EdgeProblem pb = make_problem(chain, cl, cost);
+    const Tensor image = cnn::testing::random_tensor(g.tensor(g.inputs()[0]).shape, 9);
+    const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
+    std::vector<const char*> systems = {"deepzoning"};
+    if (!fast) systems = {"deepzoning", "deepzoning-tp", "coedge"};
+    for (const char* system : systems) {
+      SCOPED_TRACE(std::string(name) + " " + system);
+      const EdgePlan plan = plan_system(system, pb);
+      int channel_shares = 0;
+      for (const Stage& s : plan.stages)
+        for (const DeviceShare& sh : s.shares) channel_shares += sh.channels();
+      if (fast) EXPECT_GT(channel_shares, 0) << "no channel or hybrid mode chosen";
+      const auto outs = run_plan(to_pipeline_plan(plan, pb, model.string(), "pico-4"), cl, image);
+      ASSERT_EQ(outs.size(), 4u);
+      for (const Tensor& got : outs)
+        EXPECT_LE(cnn::testing::scaled_max_error(got, want), cnn::testing::kRectTol);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::cnn::edge
