@@ -25,9 +25,8 @@
 //   auto plan = cnn::edge::plan_system("pico", pb, {});        // predicted with the tables
 //   cnn::edge::Metrics measured = cnn::edge::replay(plan, pb, bench);
 //
-// Channel shares (a range of the last piece's output channels) are timed as the segment without
-// its last piece on the region that piece needs, plus the last piece on the region scaled by the
-// share's channel fraction.
+// Channel shares (a range of the last piece's output channels) are timed as they run: run_region
+// computes only those channels of the last piece (and what they need).
 //
 // Thread-safety: TileBench times one tile at a time (not thread-safe); cost models are immutable.
 #pragma once
@@ -58,7 +57,7 @@ class TANDEM_API TileBench {
   double host_s(int first, int last, const Region& out, int64_t c0 = 0, int64_t c1 = 0);
 
  private:
-  double time_region(int first, int last, const Region& out);
+  double time_region(int first, int last, const Region& out, int64_t c0, int64_t c1);
   struct Impl;
   const Chain* chain_;
   int repeats_;
