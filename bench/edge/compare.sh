@@ -5,7 +5,8 @@
 # profiled cost model and replays each plan on the real engine (every device's tile timed on this
 # host, carried to its device by its speed factor, composed with the link model). Then the plot
 # and PICO's ratios against every other system.
-# Usage: bench/edge/compare.sh [cluster] [mbps list] [models...]   (models from build/cnn_models)
+# Usage: [LEAD=system] bench/edge/compare.sh [cluster] [mbps list] [models...]   (models from build/cnn_models;
+# LEAD: the system whose ratios against the others are tabled, default pico)
 # Writes docs/results/edge-compare-<cluster>-<date>.{json,md,svg}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +22,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 build/bin/tandem edge compare --cluster "$cluster" "${args[@]}" --mbps "$mbps" --repeats 5 \
   --json "$out.json" --md "$out.table.md" >/dev/null
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-python3 bench/edge/plot_compare.py "$out.json" --svg "$out.svg" --md "$out.ratios.md" \
+python3 bench/edge/plot_compare.py "$out.json" --svg "$out.svg" --md "$out.ratios.md" --lead "${LEAD:-pico}" \
   --title "$name: frames/s and latency against bandwidth (replayed on the engine)"
 {
   echo "# Edge systems on $cluster: predicted and replayed"
