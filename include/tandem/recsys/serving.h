@@ -48,11 +48,26 @@ struct Response {
   int64_t batch_rows = 0;  // rows of the launch this query ran in
 };
 
+// Per request (Triton-compatible semantics, the recsys spec §2.2): business priority, 1 highest;
+// the SLA sets the deadline arrival + sla_ms (0: PolicyOptions::sla_ms).
+struct RequestMeta {
+  int64_t priority = 1;
+  double sla_ms = 0;
+};
+
 struct PolicyOptions {
   std::string policy = "fcfs";       // a name in serving_policies(): fcfs, stream-pool, ...
-  int streams = 4;                   // N of stream-pool / instances / dynamic-batch
+  int streams = 4;                   // N of stream-pool / instances / dynamic-batch; K of recos
   int64_t max_batch_rows = 1024;     // dynamic-batch: rows per merged launch
   double max_queue_delay_us = 1000;  // dynamic-batch: longest wait for more requests
+  // The op-level scheduler (recos, race, recos+race, b4; op_scheduler.h).
+  double sla_ms = 60;      // default deadline (MLPerf DLRMv2 p99 target)
+  double alpha = 1.0;      // RecOS contention weight
+  double beta = 1.0;       // RecOS cross-stream (event) weight
+  double horizon_us = 0;   // issue horizon H; 0 = 2 x the median op duration
+  double event_us = 2;     // t_event: the cost of one cross-stream wait
+  double rho = 0.5;        // RACE lookup budget: share of the parallel units for lookups
+  int lookup_streams = 1;  // RACE lane E (K_E); lane D gets streams - lookup_streams (>= 1)
 };
 
 class TANDEM_API ServingPolicy {
@@ -60,7 +75,14 @@ class TANDEM_API ServingPolicy {
   virtual ~ServingPolicy() = default;
   virtual std::string name() const = 0;
   // Validates the query (InvalidArgument at once) and queues it.
-  virtual std::future<Response> submit(std::shared_ptr<const QueryInputs> query) = 0;
+  virtual std::future<Response> submit(std::shared_ptr<const QueryInputs> query,
+                                       const RequestMeta& meta) = 0;
+  std::future<Response> submit(std::shared_ptr<const QueryInputs> query) {
+    return submit(std::move(query), RequestMeta{});
+  }
+  // Scheduler counters (the op-level policies: issued ops, scheduler µs per issued op, ...);
+  // empty for the baselines.
+  virtual nlohmann::json stats() const { return nlohmann::json::object(); }
 };
 
 // Makes the policy `options.policy` names over `executor` (make_policy has checked streams >= 1;
