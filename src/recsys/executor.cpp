@@ -130,18 +130,30 @@ std::shared_ptr<Event> CpuExecutor::create_event() {
   return std::shared_ptr<Event>(tandem::create_event(Device::cpu()));
 }
 
+namespace {
+// Runs one op on a CPU worker: skipped when its query failed; a throw fails the query.
+void run_cpu_op(const OpInstance& op, LaunchLimits limits, Tracer* tracer, int s) {
+  if (op.state->error) return;
+  const auto t0 = Clock::now();
+  try {
+    op.model->run_node(op.node, *op.state, limits.max_units);
+  } catch (...) {
+    op.state->error = std::current_exception();
+  }
+  if (tracer)
+    tracer->add(op.model->node_name(op.node), op.category, op.query_id, s, t0, Clock::now());
+}
+}  // namespace
+
 void CpuExecutor::launch(int s, const OpInstance& op, LaunchLimits limits) {
   Tracer* tracer = tracer_;
-  stream(s).launch([op, limits, tracer, s] {
-    if (op.state->error) return;
-    const auto t0 = Clock::now();
-    try {
-      op.model->run_node(op.node, *op.state, limits.max_units);
-    } catch (...) {
-      op.state->error = std::current_exception();
-    }
-    if (tracer)
-      tracer->add(op.model->node_name(op.node), op.category, op.query_id, s, t0, Clock::now());
+  stream(s).launch([op, limits, tracer, s] { run_cpu_op(op, limits, tracer, s); });
+}
+
+void CpuExecutor::launch_group(int s, const std::vector<OpInstance>& ops, LaunchLimits limits) {
+  Tracer* tracer = tracer_;
+  stream(s).launch([ops, limits, tracer, s] {
+    for (const auto& op : ops) run_cpu_op(op, limits, tracer, s);
   });
 }
 

@@ -19,14 +19,15 @@
 //               most ceil(rho x parallel units) units; the software pipeline (query j+1 is
 //               admitted, so its E phase issues, once query j's D phase is fully issued; admission
 //               in RecOS key order); the pairing rule (an op is not placed beside running
-//               same-class ops when their shares sum over 1). Within a lane the least backlog wins.
-//   recos+race  recos with race's lanes, lookup budget and pairing rule (no pipeline gate).
+//               same-class ops when their shares sum over 1); phase fusion (the lookups at the
+//               top of the ready heap, of one query or several, go out as one launch_group, up to
+//               kMaxFusedOps). Within a lane the least backlog wins.
+//   recos+race  recos with race's lanes, lookup budget, pairing rule and phase fusion (no
+//               pipeline gate).
 //   b4          TorchRec lookup-ahead: two streams (lookup, compute), queries FIFO, the pipeline
-//               gate, no budget, no pairing: RACE's ablation anchor.
+//               gate; no budget, no pairing, no fusion: RACE's ablation anchor.
 // Reconstruction, not the papers' code (their texts are not public). Not implemented: RecOS's
-// optional horizontal fusion of one node across queries and RACE's phase fusion of several
-// queries' lookups into one launch (an Executor launch is one op instance; fusing needs a
-// multi-query node in RecModel).
+// optional horizontal fusion of one non-lookup node across queries.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -50,18 +51,21 @@ struct ModeTraits {
   bool gate;         // cross-query software pipeline (one query ahead in its E phase)
   bool budget;       // lookup launch cap rho
   bool pairing;      // RACE pairing rule
+  bool fuse;         // RACE phase fusion of ready lookups into one launch
 };
+
+constexpr size_t kMaxFusedOps = 256;
 
 ModeTraits traits(Mode m) {
   switch (m) {
     case Mode::kRecos:
-      return {true, true, false, false, false, false};
+      return {true, true, false, false, false, false, false};
     case Mode::kRace:
-      return {true, false, true, true, true, true};
+      return {true, false, true, true, true, true, true};
     case Mode::kRecosRace:
-      return {true, true, true, false, true, true};
+      return {true, true, true, false, true, true, true};
     case Mode::kB4:
-      return {false, false, true, true, false, false};
+      return {false, false, true, true, false, false, false};
   }
   return {};
 }
@@ -280,9 +284,13 @@ class OpScheduler final : public PolicyBase {
       double min_backlog = std::numeric_limits<double>::infinity();
       for (const auto& s : streams_) min_backlog = std::min(min_backlog, s.backlog_us);
       if (min_backlog > horizon_us_) return;
-      const Entry e = ready_.top();
-      ready_.pop();
-      issue_op(*e.q, e.node);
+      std::vector<std::pair<Query*, int>> group;
+      do {  // phase fusion: the lookups at the top of the heap go out as one launch
+        group.emplace_back(ready_.top().q, ready_.top().node);
+        ready_.pop();
+      } while (t_.fuse && lookup_[group.front().second] && !ready_.empty() &&
+               lookup_[ready_.top().node] && group.size() < kMaxFusedOps);
+      issue(group);
     }
   }
 
@@ -349,42 +357,59 @@ class OpScheduler final : public PolicyBase {
     return best;
   }
 
-  void issue_op(Query& q, int i) {
-    ++issued_;
+  // Issues one op, or a fused group of lookups (phase fusion) as one launch on the stream chosen
+  // for the first member.
+  void issue(const std::vector<std::pair<Query*, int>>& group) {
     const double now = now_us();
-    const int s = choose_stream(q, i, now);
+    Query& q0 = *group.front().first;
+    const int i0 = group.front().second;
+    const int s = choose_stream(q0, i0, now);
     Stream& st = streams_[s];
-    if (!q.started) {
-      q.started = true;
-      Job* j = q.job.get();
-      // Service starts when the first op's stream reaches it (queue time ends).
-      ex_.host(st.id, [this, j] { j->start = ex_.now(); });
-    }
-    for (int u : preds_[i])
-      if (!q.finished[u] && q.stream[u] != s) {
-        ex_.wait(st.id, *q.event[u]);
-        ++waits_;
+    std::vector<OpInstance> ops;
+    std::vector<double> preds;
+    for (const auto& [q, i] : group) {
+      ++issued_;
+      if (!q->started && q->cost[i].us > 0) {  // inputs (no work) do not start service
+        q->started = true;
+        Job* j = q->job.get();
+        // Service starts when the first op's stream reaches it (queue time ends).
+        ex_.host(st.id, [this, j] { j->start = ex_.now(); });
       }
-    const OpCost& c = q.cost[i];
-    const double pred = c.us * (1 + (t_.score ? opt_.alpha * contention(c, s) : 0.0));
-    ex_.launch(st.id, {&model_, i, &q.job->state, q.seq, to_string(c.cls)},
-               lookup_[i] ? lookup_limits_ : LaunchLimits{});
-    q.event[i] = ex_.create_event();
-    ex_.record(*q.event[i], st.id);
-    q.stream[i] = s;
-    q.finish_us[i] = now + st.backlog_us + pred;
-    st.backlog_us += pred;
-    ++st.outstanding;
-    if (c.cls == CostClass::kMem) ++st.mem, st.share_mem = std::max(st.share_mem, c.share);
-    if (c.cls == CostClass::kComp) ++st.comp, st.share_comp = std::max(st.share_comp, c.share);
-    Query* qp = &q;
-    ex_.host(st.id, [this, qp, i, s, pred] { on_finished(*qp, i, s, pred); });
-    if (!lookup_[i] && --q.d_unissued == 0) {
-      --in_d_phase_;
-      admit();
+      for (int u : preds_[i])
+        if (!q->finished[u] && q->stream[u] != s) {
+          ex_.wait(st.id, *q->event[u]);
+          ++waits_;
+        }
+      const OpCost& c = q->cost[i];
+      preds.push_back(c.us * (1 + (t_.score ? opt_.alpha * contention(c, s) : 0.0)));
+      ops.push_back({&model_, i, &q->job->state, q->seq, to_string(c.cls)});
     }
-    for (int w : succ_[i])
-      if (--q.unissued_preds[w] == 0) push(&q, w);
+    const LaunchLimits limits = lookup_[i0] ? lookup_limits_ : LaunchLimits{};
+    if (ops.size() == 1)
+      ex_.launch(st.id, ops.front(), limits);
+    else
+      ex_.launch_group(st.id, ops, limits);
+    auto event = ex_.create_event();
+    ex_.record(*event, st.id);
+    for (size_t k = 0; k < group.size(); ++k) {
+      auto [q, i] = group[k];
+      const OpCost& c = q->cost[i];
+      const double pred = preds[k];
+      q->event[i] = event;
+      q->stream[i] = s;
+      st.backlog_us += pred;
+      q->finish_us[i] = now + st.backlog_us;
+      ++st.outstanding;
+      if (c.cls == CostClass::kMem) ++st.mem, st.share_mem = std::max(st.share_mem, c.share);
+      if (c.cls == CostClass::kComp) ++st.comp, st.share_comp = std::max(st.share_comp, c.share);
+      ex_.host(st.id, [this, q, i, s, pred] { on_finished(*q, i, s, pred); });
+      if (!lookup_[i] && --q->d_unissued == 0) {
+        --in_d_phase_;
+        admit();
+      }
+      for (int w : succ_[i])
+        if (--q->unissued_preds[w] == 0) push(q, w);
+    }
   }
 
   // The monitor: runs behind op i on its stream when it has finished.

@@ -121,7 +121,7 @@ class SimExecutor::SimEvent final : public Event {
 
 struct SimExecutor::Item {
   enum Kind { kOp, kHost, kRecord, kWait, kFree } kind = kOp;
-  OpInstance op;
+  std::vector<OpInstance> ops;  // kOp: one op, or a fused group (launch_group)
   LaunchLimits limits;
   std::function<void()> fn;
   std::shared_ptr<EventState> event;
@@ -131,10 +131,12 @@ struct SimExecutor::Item {
 
 struct SimExecutor::Running {
   int stream = 0;
-  double remaining_us = 0;  // standalone µs of work left
+  double overhead_us = 0;   // launch overhead left: a fixed latency, uses no resources
+  double remaining_us = 0;  // standalone µs of work left, after the overhead
+  bool mem = false;         // shares bandwidth (else SMs): by FLOP/byte, TINY ops included
   double rate = 1;
   OpCost cost;
-  size_t span = 0;
+  size_t span = 0, spans = 1;  // its entries in schedule_ (one per member op)
 };
 
 struct SimExecutor::SimStream {
@@ -188,11 +190,18 @@ SimExecutor::SimEvent& SimExecutor::sim_event(Event& e) const {
 std::shared_ptr<Event> SimExecutor::create_event() { return std::make_shared<SimEvent>(this); }
 
 void SimExecutor::launch(int s, const OpInstance& op, LaunchLimits limits) {
-  if (!op.model || !op.state) throw InvalidArgument("SimExecutor::launch: op without model/state");
+  launch_group(s, {op}, limits);
+}
+
+void SimExecutor::launch_group(int s, const std::vector<OpInstance>& ops, LaunchLimits limits) {
+  if (ops.empty()) throw InvalidArgument("SimExecutor::launch_group: no ops");
+  for (const auto& op : ops)
+    if (!op.model || !op.state)
+      throw InvalidArgument("SimExecutor::launch: op without model/state");
   std::lock_guard lk(mu_);
   Item it;
   it.kind = Item::kOp;
-  it.op = op;
+  it.ops = ops;
   it.limits = limits;
   stream_ref(s).items.push_back(std::move(it));
 }
@@ -328,20 +337,38 @@ std::vector<OpCost> SimExecutor::predict_nodes(const RecModel& model, int64_t ro
 // ---- simulation
 
 void SimExecutor::start_op(int s, Item& item) {
-  const OpInstance& op = item.op;
-  const OpCost c = cost(nodes_of(*op.model, op.state->inputs->rows).at(op.node), item.limits);
-  try {  // the real computation, at the op's simulated start (its inputs have finished)
-    op.model->run_node(op.node, *op.state, item.limits.max_units);
-  } catch (...) {
-    op.state->error = std::current_exception();
+  // A group is one launch: its members' work summed, one launch overhead.
+  OpNode node;
+  for (const OpInstance& op : item.ops) {
+    if (op.state->error) continue;  // that query failed earlier: its op is skipped
+    const OpNode& n = nodes_of(*op.model, op.state->inputs->rows).at(op.node);
+    node.flops += n.flops;
+    node.bytes_read += n.bytes_read;
+    node.bytes_written += n.bytes_written;
+    node.output_shapes.insert(node.output_shapes.end(), n.output_shapes.begin(),
+                              n.output_shapes.end());
+    try {  // the real computation, at the op's simulated start (its inputs have finished)
+      op.model->run_node(op.node, *op.state, item.limits.max_units);
+    } catch (...) {
+      op.state->error = std::current_exception();
+    }
   }
+  const OpCost c = cost(node, item.limits);
   const double u = std::uniform_real_distribution<double>(-1.0, 1.0)(rng_);
   Running r;
   r.stream = s;
   r.cost = c;
-  r.remaining_us = c.us * (1.0 + opt_.jitter * u);
+  const double f = 1.0 + opt_.jitter * u;
+  r.overhead_us = c.us > 0 ? dev_.launch_overhead_us * f : 0.0;
+  r.remaining_us = std::max(0.0, c.us - dev_.launch_overhead_us) * f;
+  r.mem = node.bytes_moved() > 0 &&
+          node.flops / node.bytes_moved() <
+              dev_.profile.peak_flops / dev_.profile.mem_bandwidth_bytes_per_s;
   r.span = schedule_.size();
-  schedule_.push_back({op.query_id, op.node, s, c.cls, c.units, now_, now_});
+  r.spans = item.ops.size();
+  for (const OpInstance& op : item.ops)
+    schedule_.push_back(
+        {op.query_id, op.node, s, c.cls, c.units, static_cast<int>(item.ops.size()), now_, now_});
   running_.push_back(r);
   streams_[s]->running = true;
 }
@@ -359,7 +386,9 @@ bool SimExecutor::settle() {
       while (!st.items.empty() && !st.running) {
         Item& it = st.items.front();
         if (it.kind == Item::kOp) {
-          if (it.op.state->error) {  // a failed query skips its later ops
+          bool live = false;
+          for (const auto& op : it.ops) live = live || !op.state->error;
+          if (!live) {  // a failed query skips its later ops
             st.items.pop_front();
             progress = true;
             continue;
@@ -398,17 +427,11 @@ bool SimExecutor::settle() {
 
 void SimExecutor::update_rates() {
   double mem = 0, comp = 0;
-  for (const auto& r : running_) {
-    if (r.cost.cls == CostClass::kMem) mem += r.cost.share;
-    if (r.cost.cls == CostClass::kComp) comp += r.cost.share;
-  }
+  for (const auto& r : running_)
+    if (r.overhead_us <= 0) (r.mem ? mem : comp) += r.cost.share;
   for (auto& r : running_) {
-    double slow = 1;
-    if (r.cost.cls == CostClass::kMem)
-      slow = std::max(1.0, mem) * (comp > 0 ? 1 + dev_.mem_comp_penalty : 1.0);
-    else if (r.cost.cls == CostClass::kComp)
-      slow = std::max(1.0, comp) * (mem > 0 ? 1 + dev_.mem_comp_penalty : 1.0);
-    r.rate = 1.0 / slow;
+    const double same = r.mem ? mem : comp, other = r.mem ? comp : mem;
+    r.rate = 1.0 / (std::max(1.0, same) * (other > 0 ? 1 + dev_.mem_comp_penalty : 1.0));
   }
 }
 
@@ -416,7 +439,8 @@ bool SimExecutor::step() {
   std::lock_guard lk(mu_);
   bool did = settle();
   double next = std::numeric_limits<double>::infinity();
-  for (const auto& r : running_) next = std::min(next, now_ + r.remaining_us / r.rate);
+  for (const auto& r : running_)
+    next = std::min(next, now_ + (r.overhead_us > 0 ? r.overhead_us : r.remaining_us / r.rate));
   if (!timers_.empty()) next = std::min(next, std::max(now_, timers_.begin()->first.first));
   if (!std::isfinite(next)) return did;
   const double dt = next - now_;
@@ -424,26 +448,32 @@ bool SimExecutor::step() {
   std::vector<Running> still;
   std::vector<Running> finished;
   for (auto& r : running_) {
-    r.remaining_us -= r.rate * dt;
+    if (r.overhead_us > 0)  // dt never passes the end of an overhead (it is an event)
+      r.overhead_us = r.overhead_us - dt <= 1e-9 ? 0.0 : r.overhead_us - dt;
+    else
+      r.remaining_us -= r.rate * dt;
     // Finished: the op that defined `next`, or any within rounding of it.
-    if (r.remaining_us <= 1e-6)
+    if (r.overhead_us <= 0 && r.remaining_us <= 1e-6)
       finished.push_back(r);
     else
       still.push_back(r);
   }
   running_ = std::move(still);
+  update_rates();  // an overhead that ended starts using its resource
   for (const auto& r : finished) {
-    SimSpan& sp = schedule_[r.span];
-    sp.end_us = now_;
     SimStream& st = *streams_[r.stream];
-    const OpInstance op = st.items.front().op;
+    const std::vector<OpInstance> ops = std::move(st.items.front().ops);
     st.items.pop_front();
     st.running = false;
-    if (tracer_) {
+    for (size_t k = 0; k < r.spans; ++k) {
+      SimSpan& sp = schedule_[r.span + k];
+      sp.end_us = now_;
+      if (!tracer_) continue;
       auto tp = [&](double us) {
         return epoch_ + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double, std::micro>(us));
       };
+      const OpInstance& op = ops[k];
       tracer_->add(op.model->node_name(op.node), op.category, op.query_id, r.stream,
                    tp(sp.start_us), tp(sp.end_us), r.stream);
     }

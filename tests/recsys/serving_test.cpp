@@ -313,6 +313,16 @@ TEST(RecServing, SimGpuSameSeedSameSchedule) {
       for (const auto& [q, n] : ops) EXPECT_EQ(n, fx.model.num_nodes()) << policy << " query " << q;
       EXPECT_EQ(counters["issued_ops"].get<int64_t>(), int64_t(s1.size()));
     }
+    if (std::string(policy) == "race") {  // phase fusion and the lookup budget (rho 0.5)
+      const Graph g = fx.model.graph(fx.cfg.query_size, sim_device("h100").profile);
+      int fused = 0;
+      for (const auto& sp : s1) {
+        if (!is_lookup_kind(g.node(sp.node).kind)) continue;
+        EXPECT_LE(sp.units, 66);
+        fused += sp.group > 1;
+      }
+      EXPECT_GT(fused, 0);
+    }
   }
 }
 

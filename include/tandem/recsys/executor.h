@@ -117,6 +117,13 @@ class TANDEM_API Executor {
   virtual int num_streams() const = 0;
   virtual std::shared_ptr<Event> create_event() = 0;
   virtual void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) = 0;
+  // Several op instances as one launch (RACE's phase fusion: the lookups of several tables and
+  // queries in one TBE-style kernel): the group is one item of the stream; its ops are independent
+  // of each other. This default launches them one by one.
+  virtual void launch_group(int stream, const std::vector<OpInstance>& ops,
+                            LaunchLimits limits = {}) {
+    for (const auto& op : ops) launch(stream, op, limits);
+  }
   // Runs fn after all earlier items of the stream (the query's completion callback).
   virtual void host(int stream, std::function<void()> fn) = 0;
   virtual void record(Event& event, int stream) = 0;
@@ -152,6 +159,9 @@ class TANDEM_API CpuExecutor final : public Executor {
   int num_streams() const override;
   std::shared_ptr<Event> create_event() override;
   void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) override;
+  // One stream item that runs the group's nodes in turn (one dispatch instead of one per op).
+  void launch_group(int stream, const std::vector<OpInstance>& ops,
+                    LaunchLimits limits = {}) override;
   void host(int stream, std::function<void()> fn) override;
   void record(Event& event, int stream) override;
   void wait(int stream, Event& event) override;

@@ -14,10 +14,12 @@
 //                times (1 + jitter * u), u uniform in [-1, 1] from the seeded generator
 //   class(v)   = TINY when c(v) < tiny_factor * launch_overhead, else MEM when FLOP/byte is below
 //                peak_flops / bandwidth, else COMP
-// Running ops progress at rate 1 / slowdown, recomputed whenever an op starts or ends:
-//   MEM:  max(1, sum of share over running MEM ops)    (they share the bandwidth)
-//   COMP: max(1, sum of share over running COMP ops)   (they share the SMs)
-//   times (1 + mem_comp_penalty) while an op of the other class runs; TINY ops run at rate 1.
+// A started op first spends its launch overhead (a fixed latency that overlaps freely with other
+// ops), then its work progresses at rate 1 / slowdown, recomputed at every start, end of an
+// overhead and end; for sharing an op is MEM or COMP by FLOP/byte (a TINY op too):
+//   MEM:  max(1, sum of share over MEM ops doing work)    (they share the bandwidth)
+//   COMP: max(1, sum of share over COMP ops doing work)   (they share the SMs)
+//   times (1 + mem_comp_penalty) while an op of the other class does work.
 // Nothing happens in simulated time until the simulation is driven: run_until_idle(), step(),
 // synchronize(), or an event's synchronize(). Host callbacks run inside the simulation, on the
 // driving thread, at the simulated time their stream reaches them, and may issue more work.
@@ -86,6 +88,7 @@ struct SimSpan {
   int stream = -1;
   CostClass cls = CostClass::kTiny;
   int units = 0;
+  int group = 1;  // ops in its launch (launch_group): they share start, end and units
   double start_us = 0, end_us = 0;
   bool operator==(const SimSpan&) const = default;
 };
@@ -98,6 +101,10 @@ class TANDEM_API SimExecutor final : public Executor {
   int num_streams() const override;
   std::shared_ptr<Event> create_event() override;
   void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) override;
+  // One launch for the group: the members' FLOPs, bytes and outputs summed, one launch overhead;
+  // schedule() lists each member with the group's start and end.
+  void launch_group(int stream, const std::vector<OpInstance>& ops,
+                    LaunchLimits limits = {}) override;
   void host(int stream, std::function<void()> fn) override;
   void record(Event& event, int stream) override;
   void wait(int stream, Event& event) override;
