@@ -14,8 +14,8 @@
 // (issued ops, measured wall-clock scheduler µs per issued op).
 //
 //   tandem_bench_recsys --models rm2,wnd,din,bst --clients 1,2,4,8,16,32,64 --duration 1
-//   tandem_bench_recsys --skip-kernels --devices sim:h100,cpu \
-//       --policies fcfs,stream-pool,instances,b4,recos,race,recos+race
+//   tandem_bench_recsys --skip-kernels --devices sim:h100,cpu
+//       --policies fcfs,stream-pool,instances,b4,recos,race,recos+race   (one line)
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>

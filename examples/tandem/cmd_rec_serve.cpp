@@ -81,7 +81,9 @@ struct RecServeOptions {
   int64_t cache_rows = 0;
   uint64_t seed = 1;
   // The op-level schedulers (PolicyOptions) and the simulated device.
-  double sla_ms = 60, alpha = 1, beta = 1, horizon_us = 0, rho = 0.5, jitter = 0.05;
+  double sla_ms = rec::PolicyOptions{}.sla_ms, alpha = rec::PolicyOptions{}.alpha,
+         beta = rec::PolicyOptions{}.beta, horizon_us = rec::PolicyOptions{}.horizon_us,
+         rho = rec::PolicyOptions{}.rho, jitter = rec::SimOptions{}.jitter;
   int lookup_streams = 1;
   bool ltp = false;
 };

@@ -61,10 +61,12 @@ struct PolicyOptions {
   int64_t max_batch_rows = 1024;     // dynamic-batch: rows per merged launch
   double max_queue_delay_us = 1000;  // dynamic-batch: longest wait for more requests
   // The op-level scheduler (recos, race, recos+race, b4; op_scheduler.h).
-  double sla_ms = 60;      // default deadline (MLPerf DLRMv2 p99 target)
-  double alpha = 1.0;      // RecOS contention weight
-  double beta = 1.0;       // RecOS cross-stream (event) weight
-  double horizon_us = 0;   // issue horizon H; 0 = 2 x the median op duration
+  double sla_ms = 60;  // default deadline (MLPerf DLRMv2 p99 target)
+  // alpha, beta and H chosen by the sweep in docs/results/recsys-recos-*.md (SimGPU H100, RM2 and
+  // BST at 32 clients; bench/recsys/sweep_recos.sh).
+  double alpha = 4.0;      // RecOS contention weight
+  double beta = 16.0;      // RecOS cross-stream (event) weight
+  double horizon_us = 0;   // issue horizon H; 0 = 0.4 x the median op duration
   double event_us = 2;     // t_event: the cost of one cross-stream wait
   double rho = 0.5;        // RACE lookup budget: share of the parallel units for lookups
   int lookup_streams = 1;  // RACE lane E (K_E); lane D gets streams - lookup_streams (>= 1)
