@@ -193,20 +193,22 @@ int run_rec_serve(const RecServeOptions& o) {
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
 
   // The device's profile prices the nodes (cost classes in the trace, stream-pool's balance).
-  const DeviceProfile profile = o.device_profile.empty()
-                                    ? measured_profile(device)
+  // (Measured only when used: sim:h100 and the like are described by their own data.)
+  auto profile = [&] {
+    return o.device_profile.empty() ? measured_profile(device)
                                     : DeviceProfile::from_json_file(o.device_profile);
+  };
   std::unique_ptr<Executor> executor;
   SimDevice sim_dev;
   const SimOptions sim_opt{.seed = o.seed, .jitter = o.jitter};
   if (simulated) {
     const std::string name = o.device.substr(4);
-    sim_dev = name == "cpu" ? sim_cpu_device(profile) : sim_device(name);
+    sim_dev = name == "cpu" ? sim_cpu_device(profile()) : sim_device(name);
     executor = std::make_unique<SimExecutor>(sim_dev, sim_opt);
   } else if (device.is_cpu())
-    executor = std::make_unique<CpuExecutor>(profile);
+    executor = std::make_unique<CpuExecutor>(profile());
   else
-    executor = std::make_unique<DeviceExecutor>(device, profile);
+    executor = std::make_unique<DeviceExecutor>(device, profile());
   Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
