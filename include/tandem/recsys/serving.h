@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Concurrent serving of recommendation queries: the baseline policies of the recsys spec (§3) over
-// an Executor, and the closed-/open-loop load generator that measures them.
+// Concurrent serving of recommendation queries: the serving policies of the recsys spec over an
+// Executor (the baselines of §3, and the op-level scheduler's RecOS / RACE / B4), and the
+// closed-/open-loop load generator that measures them.
 //
 // Policies (submit() is thread-safe and returns a future of the query's scores and timings):
 //   fcfs           B1: one stream, queries FIFO, each query's ops in topological order; no
@@ -13,10 +14,16 @@
 //   dynamic-batch  B3 + Triton's dynamic batcher: waiting requests are merged row-wise while the
 //                  batch holds <= max_batch_rows rows and the oldest has waited less than
 //                  max_queue_delay_us; each request gets its own rows of the batch's scores.
+//   recos, race, recos+race, b4
+//                  the op-level scheduler (src/recsys/op_scheduler.cpp; docs/recsys.md): ops of
+//                  all in-flight queries from one ready heap onto K streams (RecOS §2.3), E/D
+//                  lanes with a lookup budget, phase fusion and a cross-query pipeline (RACE
+//                  §2.6), or TorchRec-style lookup-ahead (B4); requests carry RequestMeta
+//                  (business priority, SLA).
 // Every response carries queue time (arrival to the start of its first op), service time and
 // latency. run_load() drives a policy with N closed-loop clients (each submits, waits, repeats)
 // or Poisson open-loop arrivals for a duration and reports p50/p95/p99 latency, throughput and
-// queue times.
+// queue times (run_sim_load in sim_executor.h does the same in simulated time).
 //
 //   tandem::rec::CpuExecutor ex(tandem::rec::measured_profile(tandem::Device::cpu()));
 //   auto policy = tandem::rec::make_policy(model, ex, {.policy = "stream-pool", .streams = 4});
