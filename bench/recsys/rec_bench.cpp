@@ -8,7 +8,14 @@
 //   mlp        MLP-layer GFLOP/s of zoo shapes next to the FMA peak measured in the same run
 // Never asserts timings. scripts/recsys/plot_recsys.py draws docs/results/ from the JSON.
 //
+// --devices runs the curves on each executor: cpu (CpuExecutor, wall clock) and sim:h100,
+// sim:h200, sim:a100, sim:cpu (SimExecutor: real scores, simulated time; --sim-duration simulated
+// seconds per point). Each point also carries the op-level policies' scheduler counters
+// (issued ops, measured wall-clock scheduler µs per issued op).
+//
 //   tandem_bench_recsys --models rm2,wnd,din,bst --clients 1,2,4,8,16,32,64 --duration 1
+//   tandem_bench_recsys --skip-kernels --devices sim:h100,cpu
+//       --policies fcfs,stream-pool,instances,b4,recos,race,recos+race   (one line)
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +28,7 @@
 #include "tandem/core/profiler.h"
 #include "tandem/ops/ops.h"
 #include "tandem/recsys/serving.h"
+#include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
 
 using namespace tandem;
@@ -159,7 +167,8 @@ int main(int argc, char** argv) {
   std::string models = "rm2,wnd,din,bst", clients = "1,2,4,8,16,32,64";
   std::string policies = "fcfs,stream-pool,instances,dynamic-batch";
   std::string rates;  // open-loop Poisson rates (queries/s); empty = closed loop only
-  double duration = 1.0, warmup = 0.2, table_budget_mib = 256;
+  std::string devices = "cpu";
+  double duration = 1.0, warmup = 0.2, table_budget_mib = 256, sim_duration = 0.05;
   int64_t query_size = 0, emb_table_mib = 512;
   int streams = 4;
   bool skip_curves = false, skip_kernels = false;
@@ -168,6 +177,10 @@ int main(int argc, char** argv) {
   app.add_option("--policies", policies, "Policies")->capture_default_str();
   app.add_option("--rates", rates, "Also open loop at these Poisson rates (queries/s)");
   app.add_option("--duration", duration, "Seconds per point")->capture_default_str();
+  app.add_option("--devices", devices, "Executors: cpu, sim:h100, sim:h200, sim:a100, sim:cpu")
+      ->capture_default_str();
+  app.add_option("--sim-duration", sim_duration, "Simulated seconds per point on sim devices")
+      ->capture_default_str();
   app.add_option("--warmup", warmup, "Warm-up seconds per point")->capture_default_str();
   app.add_option("--streams", streams, "Streams / instances")->capture_default_str();
   app.add_option("--table-budget", table_budget_mib, "MiB of tables per model")
@@ -186,6 +199,8 @@ int main(int argc, char** argv) {
                             {"clients", clients},
                             {"policies", policies},
                             {"duration_s", duration},
+                            {"devices", devices},
+                            {"sim_duration_s", sim_duration},
                             {"warmup_s", warmup},
                             {"streams", streams},
                             {"table_budget_mib", table_budget_mib},
@@ -218,38 +233,52 @@ int main(int argc, char** argv) {
         QueryFactory f(cfg, w);
         std::vector<std::shared_ptr<const QueryInputs>> pool;
         for (int i = 0; i < 32; ++i) pool.push_back(std::make_shared<QueryInputs>(f.make(i)));
-        for (const auto& pol : split_list<std::string>(policies)) {
-          // Closed-loop points (clients > 0), then open-loop points (rate_qps > 0).
-          std::vector<std::pair<int, double>> points;
-          for (int n : split_list<int>(clients)) points.emplace_back(n, 0.0);
-          for (double r : split_list<double>(rates)) points.emplace_back(0, r);
-          for (const auto& [n, rate] : points) {
-            CpuExecutor ex(measured_profile(Device::cpu()));
-            PolicyOptions po;
-            po.policy = pol;
-            po.streams = streams;
-            po.max_batch_rows = 4 * cfg.query_size;
-            po.max_queue_delay_us = 2000;
-            auto policy = make_policy(model, ex, po);
-            LoadOptions lo;
-            lo.clients = std::max(n, 1);
-            lo.rate_qps = rate;
-            lo.duration_s = duration;
-            lo.warmup_s = warmup;
-            const LoadStats s = run_load(*policy, pool, lo);
-            nlohmann::json r = s.to_json();
-            r["model"] = name;
-            r["kind"] = to_string(cfg.kind);
-            r["rows_scale"] = scale;
-            r["query_size"] = cfg.query_size;
-            curves.push_back(r);
-            std::fprintf(stderr, "%s %s %s: %.1f QPS, p50 %.1f ms, p99 %.1f ms\n", name.c_str(),
-                         pol.c_str(),
-                         rate > 0 ? ("open " + std::to_string(rate) + "/s").c_str()
-                                  : (std::to_string(n) + " clients").c_str(),
-                         s.throughput_qps, s.latency_ms.p50, s.latency_ms.p99);
+        for (const auto& dev : split_list<std::string>(devices))
+          for (const auto& pol : split_list<std::string>(policies)) {
+            const bool sim = dev.rfind("sim:", 0) == 0;
+            SimDevice sim_dev;
+            if (sim)
+              sim_dev = dev == "sim:cpu" ? sim_cpu_device(measured_profile(Device::cpu()))
+                                         : sim_device(dev.substr(4));
+            // Closed-loop points (clients > 0), then open-loop points (rate_qps > 0).
+            std::vector<std::pair<int, double>> points;
+            for (int n : split_list<int>(clients)) points.emplace_back(n, 0.0);
+            for (double r : split_list<double>(rates)) points.emplace_back(0, r);
+            for (const auto& [n, rate] : points) {
+              std::unique_ptr<Executor> ex;
+              if (sim)
+                ex = std::make_unique<SimExecutor>(sim_dev, SimOptions{});
+              else
+                ex = std::make_unique<CpuExecutor>(measured_profile(Device::cpu()));
+              PolicyOptions po;
+              po.policy = pol;
+              po.streams = streams;
+              po.max_batch_rows = 4 * cfg.query_size;
+              po.max_queue_delay_us = 2000;
+              auto policy = make_policy(model, *ex, po);
+              LoadOptions lo;
+              lo.clients = std::max(n, 1);
+              lo.rate_qps = rate;
+              lo.duration_s = sim ? sim_duration : duration;
+              lo.warmup_s = sim ? 0.1 * sim_duration : warmup;
+              const LoadStats s =
+                  sim ? run_sim_load(*policy, static_cast<SimExecutor&>(*ex), pool, lo)
+                      : run_load(*policy, pool, lo);
+              nlohmann::json r = s.to_json();
+              r["device"] = dev;
+              r["scheduler"] = policy->stats();
+              r["model"] = name;
+              r["kind"] = to_string(cfg.kind);
+              r["rows_scale"] = scale;
+              r["query_size"] = cfg.query_size;
+              curves.push_back(r);
+              std::fprintf(stderr, "%s %s %s %s: %.1f QPS, p50 %.2f ms, p99 %.2f ms\n", dev.c_str(),
+                           name.c_str(), pol.c_str(),
+                           rate > 0 ? ("open " + std::to_string(rate) + "/s").c_str()
+                                    : (std::to_string(n) + " clients").c_str(),
+                           s.throughput_qps, s.latency_ms.p50, s.latency_ms.p99);
+            }
           }
-        }
       }
     }
     doc["curves"] = curves;

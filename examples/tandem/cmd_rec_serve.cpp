@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tandem rec-serve`: serve a recommendation model from the zoo to concurrent clients under one of
-// the baseline policies and report latency percentiles, throughput and queue times; optionally
-// write a Chrome-trace JSON of every op.
+// the serving policies (the baselines, or the op-level recos / race / recos+race / b4) and report
+// latency percentiles, throughput and queue times; optionally write a Chrome-trace JSON of every
+// op. --device sim:h100 (sim:h200, sim:a100, sim:cpu) runs on the simulated GPU (SimExecutor):
+// scores are real, times simulated (--duration and --warmup are simulated seconds then), and
+// --ltp searches the latency-bounded throughput (highest Poisson rate with p99 <= --sla-ms).
 //
 //   tandem rec-serve --model rm2 --clients 16 --duration 5 --policy stream-pool -o json
 //   tandem rec-serve --model din --rate 50 --policy dynamic-batch --trace din.trace.json
 //   tandem rec-serve --model rm2 --device cuda:0 --clients 8 --policy stream-pool
+//   tandem rec-serve --model bst --device sim:h100 --clients 32 --duration 0.2 --policy recos
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "commands.h"
@@ -20,6 +25,7 @@
 #include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
+#include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
 
 namespace tandem::cli {
@@ -74,7 +80,53 @@ struct RecServeOptions {
   int64_t max_batch = 1024;
   int64_t cache_rows = 0;
   uint64_t seed = 1;
+  // The op-level schedulers (PolicyOptions) and the simulated device.
+  double sla_ms = rec::PolicyOptions{}.sla_ms, alpha = rec::PolicyOptions{}.alpha,
+         beta = rec::PolicyOptions{}.beta, horizon_us = rec::PolicyOptions{}.horizon_us,
+         rho = rec::PolicyOptions{}.rho, jitter = rec::SimOptions{}.jitter;
+  int lookup_streams = 1;
+  bool ltp = false;
 };
+
+// Highest Poisson rate (queries/s) whose p99 stays within sla_ms, by bisection on a simulated
+// device (each probe a fresh executor and policy, so probes do not disturb each other).
+nlohmann::json latency_bounded_throughput(
+    const rec::RecModel& model, const rec::SimDevice& dev, const rec::SimOptions& so,
+    const rec::PolicyOptions& po, const std::vector<std::shared_ptr<const rec::QueryInputs>>& pool,
+    const rec::LoadOptions& base) {
+  using namespace tandem::rec;
+  auto p99_at = [&](double rate) {
+    SimExecutor ex(dev, so);
+    auto policy = make_policy(model, ex, po);
+    LoadOptions lo = base;
+    lo.rate_qps = rate;
+    const LoadStats s = run_sim_load(*policy, ex, pool, lo);
+    return s.dropped > 0 || s.completed == 0 ? 1e30 : s.latency_ms.p99;
+  };
+  double lo = 0, hi = 100;
+  while (p99_at(hi) <= po.sla_ms && hi < 1e7) lo = hi, hi *= 4;
+  for (int i = 0; i < 12 && hi - lo > 0.01 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (p99_at(mid) <= po.sla_ms ? lo : hi) = mid;
+  }
+  return {{"qps", lo}, {"sla_ms", po.sla_ms}, {"p99_ms_at_qps", lo > 0 ? p99_at(lo) : 0.0}};
+}
+
+// Mean simulated milliseconds per query spent in lookup ops (embedding) and in the rest (dense),
+// from the simulator's schedule (sim:... devices elide copies).
+nlohmann::json phase_breakdown(const rec::RecModel& model, const rec::SimExecutor& ex) {
+  const Graph g = model.graph(model.config().query_size, ex.device().profile);
+  double emb = 0, dense = 0;
+  std::set<int64_t> queries;
+  for (const auto& sp : ex.schedule()) {
+    // A fused launch's time is shared by its members.
+    (rec::is_lookup_kind(g.node(sp.node).kind) ? emb : dense) +=
+        (sp.end_us - sp.start_us) / sp.group;
+    queries.insert(sp.query);
+  }
+  const double n = std::max<double>(1, double(queries.size()));
+  return {{"embedding", 1e-3 * emb / n}, {"dense", 1e-3 * dense / n}, {"copies", 0.0}};
+}
 
 int run_rec_serve(const RecServeOptions& o) {
   using namespace tandem::rec;
@@ -93,10 +145,11 @@ int run_rec_serve(const RecServeOptions& o) {
     scale = cfg.fit_tables(static_cast<int64_t>(o.table_budget_mib * (1 << 20)));
   }
   if (o.query_size > 0) cfg.query_size = o.query_size;
-  const Device device = Device::parse(o.device);
+  const bool simulated = o.device.rfind("sim:", 0) == 0;
+  const Device device = simulated ? Device::cpu() : Device::parse(o.device);
   std::fprintf(stderr,
                "rec-serve: model %s (%s) on %s, tables %.1f MiB (%.4g x the zoo's %.1f MiB)\n",
-               cfg.name.c_str(), to_string(cfg.kind), device.to_string().c_str(),
+               cfg.name.c_str(), to_string(cfg.kind), o.device.c_str(),
                cfg.table_bytes() / 1048576.0, scale, full_bytes / 1048576.0);
   if (!o.table_dir.empty() && !o.weights.empty())
     throw InvalidArgument("--table-dir and --weights exclude each other");
@@ -140,14 +193,22 @@ int run_rec_serve(const RecServeOptions& o) {
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
 
   // The device's profile prices the nodes (cost classes in the trace, stream-pool's balance).
-  const DeviceProfile profile = o.device_profile.empty()
-                                    ? measured_profile(device)
+  // (Measured only when used: sim:h100 and the like are described by their own data.)
+  auto profile = [&] {
+    return o.device_profile.empty() ? measured_profile(device)
                                     : DeviceProfile::from_json_file(o.device_profile);
+  };
   std::unique_ptr<Executor> executor;
-  if (device.is_cpu())
-    executor = std::make_unique<CpuExecutor>(profile);
+  SimDevice sim_dev;
+  const SimOptions sim_opt{.seed = o.seed, .jitter = o.jitter};
+  if (simulated) {
+    const std::string name = o.device.substr(4);
+    sim_dev = name == "cpu" ? sim_cpu_device(profile()) : sim_device(name);
+    executor = std::make_unique<SimExecutor>(sim_dev, sim_opt);
+  } else if (device.is_cpu())
+    executor = std::make_unique<CpuExecutor>(profile());
   else
-    executor = std::make_unique<DeviceExecutor>(device, profile);
+    executor = std::make_unique<DeviceExecutor>(device, profile());
   Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
@@ -156,19 +217,34 @@ int run_rec_serve(const RecServeOptions& o) {
   po.streams = o.streams;
   po.max_batch_rows = o.max_batch;
   po.max_queue_delay_us = o.max_delay_us;
+  po.sla_ms = o.sla_ms;
+  po.alpha = o.alpha;
+  po.beta = o.beta;
+  po.horizon_us = o.horizon_us;
+  po.rho = o.rho;
+  po.lookup_streams = o.lookup_streams;
+  if (o.ltp && !simulated)
+    throw InvalidArgument("--ltp searches on a simulated device only (--device sim:...)");
   LoadStats s;
+  nlohmann::json sched;
+  LoadOptions lo;
+  lo.clients = o.clients;
+  lo.duration_s = o.duration_s;
+  lo.warmup_s = o.warmup_s;
+  lo.rate_qps = o.rate_qps;
+  lo.max_outstanding = o.max_outstanding;
+  lo.seed = o.seed;
   {
     auto policy = make_policy(model, ex, po);
-    LoadOptions lo;
-    lo.clients = o.clients;
-    lo.duration_s = o.duration_s;
-    lo.warmup_s = o.warmup_s;
-    lo.rate_qps = o.rate_qps;
-    lo.max_outstanding = o.max_outstanding;
-    lo.seed = o.seed;
-    s = run_load(*policy, pool, lo);
+    s = simulated ? run_sim_load(*policy, static_cast<SimExecutor&>(ex), pool, lo)
+                  : run_load(*policy, pool, lo);
+    sched = policy->stats();
   }
   ex.synchronize();
+  nlohmann::json ltp;
+  if (o.ltp) ltp = latency_bounded_throughput(model, sim_dev, sim_opt, po, pool, lo);
+  nlohmann::json breakdown;
+  if (simulated) breakdown = phase_breakdown(model, static_cast<SimExecutor&>(ex));
   if (!o.trace.empty()) tracer.write(o.trace);
   auto caches = model.cache_stats();
   double hit = 0;
@@ -183,7 +259,7 @@ int run_rec_serve(const RecServeOptions& o) {
                          {{"model", cfg.name},
                           {"kind", to_string(cfg.kind)},
                           {"policy", o.policy},
-                          {"device", device.to_string()},
+                          {"device", o.device},
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
                           {"max_outstanding", o.max_outstanding},
@@ -197,6 +273,10 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"table_dtype", std::string(dtype_name(cfg.table_dtype))},
                           {"threads", cpu_num_threads()}}},
                         {"results", s.to_json()}};
+    if (!sched.empty()) j["results"]["scheduler"] = sched;
+    if (!ltp.is_null()) j["results"]["latency_bounded_throughput"] = ltp;
+    if (!breakdown.is_null()) j["results"]["breakdown_ms"] = breakdown;
+    if (simulated) j["params"]["sim_device"] = sim_dev.to_json();
     if (!caches.empty()) {
       j["results"]["cache_hit_rate"] = hit;
       nlohmann::json per = nlohmann::json::object();
@@ -227,6 +307,15 @@ int run_rec_serve(const RecServeOptions& o) {
                 static_cast<long long>(s.dropped), static_cast<long long>(o.max_outstanding),
                 static_cast<long long>(s.late));
   if (!caches.empty()) std::printf(", hot-row cache hit rate %.1f%%", 100 * hit);
+  if (!breakdown.is_null())
+    std::printf("; per query (mean ms): queue %.3f, embedding %.3f, dense %.3f, copies 0 (elided)",
+                s.queue_ms.mean, breakdown["embedding"].get<double>(),
+                breakdown["dense"].get<double>());
+  if (!sched.empty())
+    std::printf("; scheduler %.2f us per issued op", sched["sched_us_per_op"].get<double>());
+  if (!ltp.is_null())
+    std::printf("; latency-bounded throughput %.1f QPS (p99 <= %g ms)", ltp["qps"].get<double>(),
+                o.sla_ms);
   if (!o.trace.empty())
     std::printf(
         "; trace: %s (%zu ops, %.2f running at once on average; open in "
@@ -241,8 +330,33 @@ const CommandRegistration kReg([](CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "rec-serve", "Serve a recommendation model (DLRM, WnD, DIN, BST) to concurrent clients");
   sub->add_option("--device", o->device,
-                  "cpu or cuda:N (the model's weights and tables are copied there)")
+                  "cpu, cuda:N (the model's weights and tables are copied there), or a simulated "
+                  "GPU: sim:h100, sim:h200, sim:a100, sim:cpu (this CPU's profile as a device)")
       ->capture_default_str();
+  sub->add_option("--sla-ms", o->sla_ms, "Deadline of a query (recos / race ordering; --ltp)")
+      ->check(positive_up_to(1e6))
+      ->capture_default_str();
+  sub->add_option("--alpha", o->alpha, "recos: contention weight")
+      ->check(number_in(0.0, 1e6))
+      ->capture_default_str();
+  sub->add_option("--beta", o->beta, "recos: cross-stream (event) weight")
+      ->check(number_in(0.0, 1e6))
+      ->capture_default_str();
+  sub->add_option("--horizon-us", o->horizon_us,
+                  "recos / race: issue horizon (0 = 2 x the median op duration)")
+      ->check(number_in(0.0, 1e9))
+      ->capture_default_str();
+  sub->add_option("--rho", o->rho, "race: share of the parallel units for lookups")
+      ->check(positive_up_to(1.0))
+      ->capture_default_str();
+  sub->add_option("--lookup-streams", o->lookup_streams, "race: streams of the lookup lane")
+      ->check(CLI::Range(1, 1023))
+      ->capture_default_str();
+  sub->add_option("--jitter", o->jitter, "sim: relative spread of op durations")
+      ->check(number_in(0.0, 0.5))
+      ->capture_default_str();
+  sub->add_flag("--ltp", o->ltp,
+                "sim: also search the latency-bounded throughput (p99 <= --sla-ms), open loop");
   sub->add_option("--device-profile", o->device_profile,
                   "DeviceProfile JSON of the device (as `tandem profile` writes it) that prices "
                   "the nodes; default: measure this machine's peaks once (about a second)")

@@ -12,16 +12,18 @@
 namespace tandem::rec {
 
 void Tracer::add(const std::string& name, const std::string& category, int64_t query, int stream,
-                 Clock::time_point begin, Clock::time_point end) {
+                 Clock::time_point begin, Clock::time_point end, int tid) {
   std::lock_guard lk(mu_);
   if (spans_.size() >= max_events_) {
     ++dropped_;
     return;
   }
-  auto [it, fresh] = tids_.try_emplace(std::this_thread::get_id(), static_cast<int>(tids_.size()));
+  if (tid < 0)
+    tid =
+        tids_.try_emplace(std::this_thread::get_id(), static_cast<int>(tids_.size())).first->second;
   using us = std::chrono::duration<double, std::micro>;
-  spans_.push_back({name, category, query, stream, it->second, us(begin - origin_).count(),
-                    us(end - begin).count()});
+  spans_.push_back(
+      {name, category, query, stream, tid, us(begin - origin_).count(), us(end - begin).count()});
 }
 
 size_t Tracer::size() const {
@@ -74,6 +76,29 @@ void Tracer::write(const std::string& path) const {
   if (!f) throw IoError(cat("error writing trace file '", path, "'"));
 }
 
+std::vector<OpCost> Executor::predict_nodes(const RecModel& model, int64_t rows,
+                                            LaunchLimits limits) const {
+  const ExecutorInfo in = info();
+  const Graph g = model.graph(rows, in.device);
+  RooflineOptions ro;
+  ro.launch_overhead_s = kDefaultLaunchUs * 1e-6;
+  const RooflineCostModel roofline(ro);
+  const int all = std::max(1, in.parallel_units);
+  const int units = limits.max_units > 0 ? std::min(all, limits.max_units) : all;
+  std::vector<OpCost> out;
+  for (const auto& n : g.nodes()) {
+    OpCost c;
+    const bool work = n.flops > 0 || n.bytes_moved() > 0;
+    c.us = work ? 1e6 * roofline.predict_op_s(n, in.device) * double(all) / double(units) : 0.0;
+    const std::string cls = n.attrs.at("cost_class").get<std::string>();
+    c.cls = cls == "MEM" ? CostClass::kMem : cls == "COMP" ? CostClass::kComp : CostClass::kTiny;
+    c.units = work ? units : 0;
+    c.share = double(c.units) / double(all);
+    out.push_back(c);
+  }
+  return out;
+}
+
 CpuExecutor::CpuExecutor(DeviceProfile device) : device_(std::move(device)) {}
 
 CpuExecutor::~CpuExecutor() {
@@ -105,18 +130,30 @@ std::shared_ptr<Event> CpuExecutor::create_event() {
   return std::shared_ptr<Event>(tandem::create_event(Device::cpu()));
 }
 
+namespace {
+// Runs one op on a CPU worker: skipped when its query failed; a throw fails the query.
+void run_cpu_op(const OpInstance& op, LaunchLimits limits, Tracer* tracer, int s) {
+  if (op.state->error) return;
+  const auto t0 = Clock::now();
+  try {
+    op.model->run_node(op.node, *op.state, limits.max_units);
+  } catch (...) {
+    op.state->error = std::current_exception();
+  }
+  if (tracer)
+    tracer->add(op.model->node_name(op.node), op.category, op.query_id, s, t0, Clock::now());
+}
+}  // namespace
+
 void CpuExecutor::launch(int s, const OpInstance& op, LaunchLimits limits) {
   Tracer* tracer = tracer_;
-  stream(s).launch([op, limits, tracer, s] {
-    if (op.state->error) return;
-    const auto t0 = Clock::now();
-    try {
-      op.model->run_node(op.node, *op.state, limits.max_units);
-    } catch (...) {
-      op.state->error = std::current_exception();
-    }
-    if (tracer)
-      tracer->add(op.model->node_name(op.node), op.category, op.query_id, s, t0, Clock::now());
+  stream(s).launch([op, limits, tracer, s] { run_cpu_op(op, limits, tracer, s); });
+}
+
+void CpuExecutor::launch_group(int s, const std::vector<OpInstance>& ops, LaunchLimits limits) {
+  Tracer* tracer = tracer_;
+  stream(s).launch([ops, limits, tracer, s] {
+    for (const auto& op : ops) run_cpu_op(op, limits, tracer, s);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "recsys/load_recorder.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/workload.h"
@@ -53,9 +54,8 @@ nlohmann::json LoadStats::to_json() const {
           {"mean_batch_rows", mean_batch_rows}};
 }
 
-LoadStats run_load(ServingPolicy& policy,
-                   const std::vector<std::shared_ptr<const QueryInputs>>& pool,
-                   const LoadOptions& o) {
+void check_load_options(const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                        const LoadOptions& o) {
   if (pool.empty()) throw InvalidArgument("run_load: empty query pool");
   if (o.clients < 1 && o.rate_qps <= 0) throw InvalidArgument("run_load: clients must be >= 1");
   if (!(o.duration_s > 0)) throw InvalidArgument("run_load: duration must be positive");
@@ -63,10 +63,14 @@ LoadStats run_load(ServingPolicy& policy,
     throw InvalidArgument(
         cat("run_load: rate ", o.rate_qps, " queries/s is outside [0, ", kMaxOpenLoopRateQps, "]"));
   if (o.max_outstanding < 1) throw InvalidArgument("run_load: max_outstanding must be >= 1");
-  std::mutex mu;
-  std::vector<double> lat, queue, service;
-  double batch_rows = 0;
-  int64_t rows = 0, errors = 0, dropped = 0, late = 0;
+}
+
+LoadStats run_load(ServingPolicy& policy,
+                   const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                   const LoadOptions& o) {
+  check_load_options(pool, o);
+  LoadRecorder rec;
+  int64_t dropped = 0, late = 0;
   const auto t0 = Clock::now();
   const auto measure_from =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup_s));
@@ -76,17 +80,9 @@ LoadStats run_load(ServingPolicy& policy,
     try {
       Response r = fut.get();
       if (o.on_response) o.on_response(index, r);
-      const auto now = Clock::now();
-      if (now < measure_from) return;
-      std::lock_guard lk(mu);
-      lat.push_back(r.latency_s);
-      queue.push_back(r.queue_s);
-      service.push_back(r.service_s);
-      batch_rows += double(r.batch_rows);
-      rows += static_cast<int64_t>(r.scores.size());
+      rec.add(r, Clock::now() >= measure_from);
     } catch (...) {
-      std::lock_guard lk(mu);
-      ++errors;
+      rec.add_error();
     }
   };
   if (o.rate_qps > 0) {
@@ -145,23 +141,9 @@ LoadStats run_load(ServingPolicy& policy,
       });
     for (auto& t : clients) t.join();
   }
-  LoadStats s;
-  s.policy = policy.name();
-  s.clients = o.rate_qps > 0 ? 0 : o.clients;
-  s.rate_qps = o.rate_qps;
-  s.completed = static_cast<int64_t>(lat.size());
-  s.errors = errors;
-  s.dropped = dropped;
-  s.late = late;
-  s.measured_s =
+  const double measured_s =
       std::chrono::duration<double>(std::max(Clock::now(), stop_at) - measure_from).count();
-  s.throughput_qps = double(s.completed) / s.measured_s;
-  s.rows_per_s = double(rows) / s.measured_s;
-  s.latency_ms = percentiles_ms(lat);
-  s.queue_ms = percentiles_ms(queue);
-  s.service_ms = percentiles_ms(service);
-  s.mean_batch_rows = s.completed ? batch_rows / double(s.completed) : 0;
-  return s;
+  return rec.finish(policy.name(), o.clients, o.rate_qps, measured_s, dropped, late);
 }
 
 }  // namespace tandem::rec

@@ -14,6 +14,10 @@ namespace tandem::rec {
 
 uint64_t table_salt(const std::string& table_name) { return fnv1a64("salt:" + table_name); }
 
+bool is_lookup_kind(const std::string& kind) {
+  return kind == "emb_bag" || kind == "emb_gather" || kind == "wide";
+}
+
 const char* to_string(CostClass c) {
   return c == CostClass::kMem ? "MEM" : c == CostClass::kComp ? "COMP" : "TINY";
 }

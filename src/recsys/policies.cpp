@@ -7,113 +7,13 @@
 #include <mutex>
 #include <thread>
 
+#include "recsys/policy_base.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
+#include "tandem/recsys/sim_executor.h"
 
 namespace tandem::rec {
 namespace {
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-struct Request {
-  int64_t id = 0;
-  std::shared_ptr<const QueryInputs> inputs;
-  Clock::time_point arrival;
-  std::promise<Response> promise;
-};
-
-// One launch: one request, or several merged row-wise.
-struct Job {
-  std::vector<std::unique_ptr<Request>> requests;
-  std::shared_ptr<const QueryInputs> inputs;  // merged when batched
-  QueryState state;
-  Clock::time_point start;
-  double predicted_s = 0;
-  int stream = 0;
-};
-
-class PolicyBase : public ServingPolicy {
- public:
-  PolicyBase(const RecModel& model, Executor& ex)
-      : model_(model), ex_(ex), device_(ex.info().device) {
-    const Graph g = model.graph(model.config().query_size, device_);
-    for (const auto& n : g.nodes())
-      category_.push_back(n.attrs.at("cost_class").get<std::string>());
-  }
-
- protected:
-  std::unique_ptr<Request> make_request(std::shared_ptr<const QueryInputs> q) {
-    if (!q) throw InvalidArgument("submit: null query");
-    model_.validate(*q);
-    auto r = std::make_unique<Request>();
-    r->id = next_id_.fetch_add(1);
-    r->inputs = std::move(q);
-    r->arrival = Clock::now();
-    return r;
-  }
-
-  // Predicted seconds of a query of q rows on the executor's device (the roofline sum over its
-  // nodes), cached per q.
-  double predict_s(int64_t q) {
-    std::lock_guard lk(cost_mu_);
-    auto it = cost_.find(q);
-    if (it != cost_.end()) return it->second;
-    return cost_[q] = RooflineCostModel().predict_graph_s(model_.graph(q, device_), device_);
-  }
-
-  // Issues every op of the job on `stream`, then its completion; `done` runs after completion.
-  void issue(std::shared_ptr<Job> job, int stream, std::function<void(Job&)> done) {
-    job->stream = stream;
-    job->state = model_.make_state(*job->inputs);
-    Job* j = job.get();
-    ex_.host(stream, [j] { j->start = Clock::now(); });
-    const int64_t qid = job->requests.front()->id;
-    for (int id : model_.topological_order())
-      ex_.launch(stream, {&model_, id, &j->state, qid, category_[id].c_str()});
-    ex_.host(stream, [this, job, done = std::move(done)] {
-      complete(*job);
-      if (done) done(*job);
-    });
-  }
-
-  void complete(Job& job) {
-    const auto end = Clock::now();
-    std::vector<float> scores;
-    std::exception_ptr err = job.state.error;
-    if (!err) {
-      try {
-        scores = model_.scores(job.state);
-      } catch (...) {
-        err = std::current_exception();
-      }
-    }
-    job.state.values.clear();  // release activations now
-    int64_t row = 0;
-    for (auto& r : job.requests) {
-      if (err) {
-        r->promise.set_exception(err);
-        continue;
-      }
-      Response resp;
-      resp.id = r->id;
-      resp.scores.assign(scores.begin() + row, scores.begin() + row + r->inputs->rows);
-      row += r->inputs->rows;
-      resp.queue_s = seconds(job.start - r->arrival);
-      resp.service_s = seconds(end - job.start);
-      resp.latency_s = seconds(end - r->arrival);
-      resp.batch_rows = job.inputs->rows;
-      r->promise.set_value(std::move(resp));
-    }
-  }
-
-  const RecModel& model_;
-  Executor& ex_;
-  const DeviceProfile device_;  // the executor's, prices the nodes
-  std::vector<std::string> category_;
-  std::atomic<int64_t> next_id_{0};
-  std::mutex cost_mu_;
-  std::map<int64_t, double> cost_;
-};
 
 // B1 and B2: queries go straight to a stream.
 class StreamPolicy final : public PolicyBase {
@@ -132,8 +32,9 @@ class StreamPolicy final : public PolicyBase {
   }
   std::string name() const override { return name_; }
 
-  std::future<Response> submit(std::shared_ptr<const QueryInputs> q) override {
-    auto r = make_request(std::move(q));
+  std::future<Response> submit(std::shared_ptr<const QueryInputs> q,
+                               const RequestMeta& meta) override {
+    auto r = make_request(std::move(q), meta);
     auto fut = r->promise.get_future();
     auto job = std::make_shared<Job>();
     job->inputs = r->inputs;
@@ -166,9 +67,15 @@ class InstancePolicy final : public PolicyBase {
       streams_.push_back(ex.create_stream());
       free_.push_back(i);
     }
-    batcher_ = std::thread([this] { loop(); });
+    if (batching_) batcher_ = std::thread([this] { loop(); });
   }
   ~InstancePolicy() override {
+    for (int s : streams_) {  // drives a simulated executor; a no-op wait on a drained CPU stream
+      auto e = ex_.create_event();
+      ex_.record(*e, s);
+      e->synchronize();
+    }
+    if (!batching_) return;
     {
       std::unique_lock lk(mu_);
       stop_ = true;
@@ -180,18 +87,40 @@ class InstancePolicy final : public PolicyBase {
   }
   std::string name() const override { return batching_ ? "dynamic-batch" : "instances"; }
 
-  std::future<Response> submit(std::shared_ptr<const QueryInputs> q) override {
-    auto r = make_request(std::move(q));
+  std::future<Response> submit(std::shared_ptr<const QueryInputs> q,
+                               const RequestMeta& meta) override {
+    auto r = make_request(std::move(q), meta);
     auto fut = r->promise.get_future();
     {
       std::lock_guard lk(mu_);
       pending_.push_back(std::move(r));
+      if (!batching_) dispatch();
     }
     cv_.notify_all();
     return fut;
   }
 
  private:
+  // Without batching, requests are issued as they arrive and as instances free up, on the
+  // caller's thread (so a simulated executor sees them at once). Holds mu_.
+  void dispatch() {
+    while (!pending_.empty() && !free_.empty()) {
+      auto job = std::make_shared<Job>();
+      job->requests.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+      job->inputs = job->requests.front()->inputs;
+      const int inst = free_.front();
+      free_.pop_front();
+      issue(job, streams_[inst], [this, inst](Job&) { release(inst); });
+    }
+  }
+  void release(int inst) {
+    std::lock_guard lk(mu_);  // notify under the lock: the destructor may run right after
+    free_.push_back(inst);
+    if (!batching_) dispatch();
+    cv_.notify_all();
+  }
+
   void loop() {
     std::unique_lock lk(mu_);
     for (;;) {
@@ -212,7 +141,7 @@ class InstancePolicy final : public PolicyBase {
             std::chrono::duration_cast<Clock::duration>(
                 std::chrono::duration<double, std::micro>(opt_.max_queue_delay_us));
         const bool full = n < pending_.size() || rows >= opt_.max_batch_rows;
-        if (!full && !stop_ && Clock::now() < deadline) {
+        if (!full && !stop_ && ex_.now() < deadline) {
           const size_t before = pending_.size();
           cv_.wait_until(lk, deadline, [&] { return stop_ || pending_.size() != before; });
           continue;  // re-evaluate with the new arrivals or after the delay
@@ -237,11 +166,7 @@ class InstancePolicy final : public PolicyBase {
         for (auto& r : job->requests) parts.push_back(r->inputs.get());
         job->inputs = std::make_shared<QueryInputs>(concat_queries(parts));
       }
-      issue(job, streams_[inst], [this, inst](Job&) {
-        std::lock_guard lk2(mu_);  // notify under the lock: the destructor may run right after
-        free_.push_back(inst);
-        cv_.notify_all();
-      });
+      issue(job, streams_[inst], [this, inst](Job&) { release(inst); });
       lk.lock();
     }
   }
@@ -264,6 +189,10 @@ std::unique_ptr<ServingPolicy> make_stream_pool(const RecModel& model, Executor&
 
 std::unique_ptr<ServingPolicy> make_dynamic_batch(const RecModel& model, Executor& executor,
                                                   const PolicyOptions& o) {
+  if (dynamic_cast<SimExecutor*>(&executor))
+    throw Unsupported(
+        "dynamic-batch: its batching delay runs on a wall-clock thread, not on SimExecutor's "
+        "simulated clock");
   if (o.max_batch_rows < 1 || !(o.max_queue_delay_us >= 0))
     throw InvalidArgument("dynamic-batch: max_batch_rows >= 1 and max_queue_delay_us >= 0 needed");
   return std::make_unique<InstancePolicy>(model, executor, o, true);

@@ -13,6 +13,7 @@
 #include "recsys_device.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
+#include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
 
 namespace tandem::rec {
@@ -39,15 +40,22 @@ struct Fixture {
   std::vector<std::vector<float>> expected;
 };
 
-void check_policy(Fixture& fx, const PolicyOptions& po, int clients) {
-  CpuExecutor ex(test_cpu_profile());
+// The op-level schedulers (issue 20) next to the baselines.
+const char* const kOpPolicies[] = {"recos", "race", "recos+race", "b4"};
+
+// Runs `clients` closed-loop clients on the CPU executor (wall clock, duration_s), or on `sim`
+// (simulated time) when given, and checks every answer against sequential execution.
+void check_policy(Fixture& fx, const PolicyOptions& po, int clients, SimExecutor* sim = nullptr,
+                  double duration_s = 0.4) {
+  CpuExecutor cpu(test_cpu_profile());
+  Executor& ex = sim ? static_cast<Executor&>(*sim) : cpu;
   auto policy = make_policy(fx.model, ex, po);
   std::mutex mu;
   std::set<int64_t> ids;
   int64_t responses = 0, mismatches = 0, duplicates = 0;
   LoadOptions lo;
   lo.clients = clients;
-  lo.duration_s = 0.4;
+  lo.duration_s = duration_s;
   lo.warmup_s = 0;
   lo.on_response = [&](size_t index, const Response& r) {
     std::lock_guard lk(mu);
@@ -61,7 +69,8 @@ void check_policy(Fixture& fx, const PolicyOptions& po, int clients) {
                                           : r.scores[i] == want[i];
     if (!same) ++mismatches;
   };
-  const LoadStats s = run_load(*policy, fx.pool, lo);
+  const LoadStats s =
+      sim ? run_sim_load(*policy, *sim, fx.pool, lo) : run_load(*policy, fx.pool, lo);
   EXPECT_GT(responses, clients) << po.policy;
   EXPECT_EQ(s.errors, 0) << po.policy;
   EXPECT_EQ(mismatches, 0) << po.policy << " " << fx.cfg.name;
@@ -79,6 +88,8 @@ TEST(RecServing, EveryPolicyReturnsTheSequentialResultsUnderLoad) {
   for (const char* model : {"tiny-dlrm", "tiny-din", "tiny-bst"}) {
     Fixture fx(model);
     for (const auto& name : policy_names()) {
+      if (std::find(std::begin(kOpPolicies), std::end(kOpPolicies), name) != std::end(kOpPolicies))
+        continue;  // below, with shorter runs
       PolicyOptions po;
       po.policy = name;
       po.streams = 3;
@@ -200,7 +211,7 @@ class SlowPolicy final : public ServingPolicy {
     for (auto& t : threads_) t.join();
   }
   std::string name() const override { return "slow"; }
-  std::future<Response> submit(std::shared_ptr<const QueryInputs>) override {
+  std::future<Response> submit(std::shared_ptr<const QueryInputs>, const RequestMeta&) override {
     const int now = ++outstanding_;
     int seen = max_outstanding_.load();
     while (now > seen && !max_outstanding_.compare_exchange_weak(seen, now)) {
@@ -241,6 +252,234 @@ TEST(RecServing, OpenLoopOverloadIsBoundedAndCounted) {
   lo.rate_qps = 100;
   lo.max_outstanding = 0;
   EXPECT_THROW(run_load(policy, fx.pool, lo), InvalidArgument);
+}
+
+TEST(RecServing, OpLevelPoliciesReturnTheSequentialResultsOnTheCpuExecutor) {
+  for (const char* model : {"tiny-dlrm", "tiny-din", "tiny-bst"}) {
+    Fixture fx(model);
+    for (const char* name : kOpPolicies)
+      check_policy(fx, {.policy = name, .streams = 3}, 12, nullptr, 0.15);
+  }
+  Fixture fx("tiny-wnd");
+  for (int clients : {1, 64})
+    check_policy(fx, {.policy = "recos", .streams = 4}, clients, nullptr, 0.15);
+}
+
+TEST(RecServing, EveryPolicyOnSimGpuReturnsTheSequentialResults) {
+  for (const char* model : {"tiny-dlrm", "tiny-din", "tiny-bst"}) {
+    Fixture fx(model);
+    for (const auto& name : policy_names()) {
+      SimExecutor sim(sim_device("h100"), {.seed = 3});
+      PolicyOptions po{.policy = name, .streams = 3};
+      if (name == "dynamic-batch") {  // its delay is a wall-clock thread
+        EXPECT_THROW(make_policy(fx.model, sim, po), Unsupported);
+        continue;
+      }
+      for (int clients : {1, 8, 64}) check_policy(fx, po, clients, &sim, 0.01);
+    }
+  }
+}
+
+// The simulated schedule of `policy` under 16 closed-loop clients for 1 ms (simulated).
+std::vector<SimSpan> sim_schedule(Fixture& fx, const std::string& policy, uint64_t seed,
+                                  LoadStats* stats = nullptr, nlohmann::json* counters = nullptr) {
+  SimExecutor sim(sim_device("h100"), {.seed = seed});
+  auto p = make_policy(fx.model, sim, {.policy = policy, .streams = 4});
+  LoadOptions lo;
+  lo.clients = 16;
+  lo.duration_s = 1e-3;
+  lo.warmup_s = 0;
+  const LoadStats s = run_sim_load(*p, sim, fx.pool, lo);
+  if (stats) *stats = s;
+  if (counters) *counters = p->stats();
+  return sim.schedule();
+}
+
+TEST(RecServing, SimGpuSameSeedSameSchedule) {
+  Fixture fx("tiny-dlrm");
+  for (const char* policy : {"recos", "race", "fcfs"}) {
+    LoadStats a, b;
+    nlohmann::json counters;
+    const auto s1 = sim_schedule(fx, policy, 7, &a, &counters);
+    const auto s2 = sim_schedule(fx, policy, 7, &b);
+    ASSERT_FALSE(s1.empty());
+    EXPECT_EQ(s1, s2) << policy;
+    EXPECT_EQ(a.completed, b.completed);
+    EXPECT_EQ(a.latency_ms.p99, b.latency_ms.p99);
+    EXPECT_NE(s1, sim_schedule(fx, policy, 8)) << policy << ": the seed must matter (jitter)";
+    if (std::string(policy) != "fcfs") {  // every node of every answered query issued once
+      std::map<int64_t, int> ops;
+      for (const auto& sp : s1) ++ops[sp.query];
+      for (const auto& [q, n] : ops) EXPECT_EQ(n, fx.model.num_nodes()) << policy << " query " << q;
+      EXPECT_EQ(counters["issued_ops"].get<int64_t>(), int64_t(s1.size()));
+    }
+    if (std::string(policy) == "race") {  // phase fusion and the lookup budget (rho 0.5)
+      const Graph g = fx.model.graph(fx.cfg.query_size, sim_device("h100").profile);
+      int fused = 0;
+      for (const auto& sp : s1) {
+        if (!is_lookup_kind(g.node(sp.node).kind)) continue;
+        EXPECT_LE(sp.units, 66);
+        fused += sp.group > 1;
+      }
+      EXPECT_GT(fused, 0);
+    }
+  }
+}
+
+// Three queries submitted at once on a simulated device without jitter, where the best schedule
+// is known. One stream: B1 answers them in arrival order at T, 2T, 3T (T = the sum of the
+// query's op costs); RecOS with one stream and no look-ahead is earliest-deadline-first (optimal
+// for the maximum lateness on one machine) when the SLAs differ by more than T: the tightest SLA
+// first, consecutive answers T apart, the last at 3T (no idle time).
+TEST(RecServing, SimGpuThreeQueriesHandBuiltSchedules) {
+  Fixture fx("tiny-bst", 1);
+  SimDevice dev = sim_device("h100");
+  const auto q = fx.pool[0];
+  double t_us = 0;
+  {
+    SimExecutor probe(dev, {.jitter = 0});
+    for (const auto& c : probe.predict_nodes(fx.model, q->rows)) t_us += c.us;
+  }
+  ASSERT_GT(t_us, 0);
+  auto run = [&](const PolicyOptions& po, const std::vector<RequestMeta>& metas) {
+    SimExecutor sim(dev, {.jitter = 0});
+    auto p = make_policy(fx.model, sim, po);
+    std::vector<std::future<Response>> futs;
+    for (const auto& m : metas) futs.push_back(p->submit(q, m));
+    sim.synchronize();
+    std::vector<double> lat_us;
+    for (auto& f : futs) {
+      const Response r = f.get();
+      EXPECT_EQ(r.scores, fx.expected[0]);
+      lat_us.push_back(1e6 * r.latency_s);
+    }
+    return lat_us;
+  };
+  const double tol = 0.005;  // µs: latencies pass through the clock's nanoseconds
+  const auto b1 = run({.policy = "fcfs"}, {{}, {}, {}});
+  EXPECT_NEAR(b1[0], t_us, tol);
+  EXPECT_NEAR(b1[1], 2 * t_us, tol);
+  EXPECT_NEAR(b1[2], 3 * t_us, tol);
+  PolicyOptions edf{.policy = "recos", .streams = 1, .horizon_us = 1e-9};
+  const auto l = run(edf, {{1, 30}, {1, 10}, {1, 20}});
+  EXPECT_NEAR(l[0], 3 * t_us, tol);  // no idle time
+  EXPECT_NEAR(l[2] - l[1], t_us, tol);
+  EXPECT_LT(l[1], l[2]);
+  // Equal deadlines: least slack interleaves the queries op by op (an op with more critical path
+  // left goes first), and the business priority breaks the ties, so the answers come in priority
+  // order, still without idle time.
+  const auto p = run(edf, {{3, 10}, {1, 10}, {2, 10}});
+  EXPECT_LT(p[1], p[2]);
+  EXPECT_LT(p[2], p[0]);
+  EXPECT_NEAR(p[0], 3 * t_us, tol);
+  // Several streams: the three queries overlap, so every answer comes before B1's last.
+  const auto many = run({.policy = "recos", .streams = 3}, {{}, {}, {}});
+  for (double l : many) EXPECT_LT(l, 3 * t_us - tol);
+}
+
+// Fails the last node of every query whose first dense value is kFailMarker, the way the
+// executors record a throwing node; delegates everything else.
+class FailingExecutor final : public Executor {
+ public:
+  static constexpr float kFailMarker = 4242.5f;
+  FailingExecutor(Executor& inner, int last_node) : inner_(inner), last_(last_node) {}
+  int create_stream(int priority) override { return inner_.create_stream(priority); }
+  int num_streams() const override { return inner_.num_streams(); }
+  std::shared_ptr<Event> create_event() override { return inner_.create_event(); }
+  void launch(int s, const OpInstance& op, LaunchLimits limits) override {
+    if (op.node == last_ && op.state->inputs->dense.at(0) == kFailMarker) {
+      QueryState* st = op.state;
+      inner_.host(s, [st] {
+        if (!st->error) st->error = std::make_exception_ptr(Error("injected fault: node failed"));
+      });
+      return;
+    }
+    inner_.launch(s, op, limits);
+  }
+  void host(int s, std::function<void()> fn) override { inner_.host(s, std::move(fn)); }
+  void record(Event& e, int s) override { inner_.record(e, s); }
+  void wait(int s, Event& e) override { inner_.wait(s, e); }
+  bool done(Event& e) override { return inner_.done(e); }
+  void* alloc_async(size_t bytes, int s) override { return inner_.alloc_async(bytes, s); }
+  void free_async(void* p, size_t bytes, int s) override { inner_.free_async(p, bytes, s); }
+  ExecutorInfo info() const override { return inner_.info(); }
+  void synchronize() override { inner_.synchronize(); }
+  Clock::time_point now() const override { return inner_.now(); }
+  std::vector<OpCost> predict_nodes(const RecModel& m, int64_t rows,
+                                    LaunchLimits limits) const override {
+    return inner_.predict_nodes(m, rows, limits);
+  }
+
+ private:
+  Executor& inner_;
+  int last_;
+};
+
+TEST(RecServing, AFailingOpFailsOnlyItsQuery) {
+  Fixture fx("tiny-dlrm", 12);
+  std::vector<std::shared_ptr<const QueryInputs>> queries;
+  for (size_t i = 0; i < fx.pool.size(); ++i) {
+    auto in = std::make_shared<QueryInputs>(*fx.pool[i]);
+    if (i % 3 == 1) in->dense[0] = FailingExecutor::kFailMarker;
+    queries.push_back(in);
+  }
+  for (bool simulated : {false, true})
+    for (const char* name : {"recos", "race", "recos+race", "b4", "fcfs", "stream-pool"}) {
+      CpuExecutor cpu(test_cpu_profile());
+      SimExecutor sim(sim_device("a100"));
+      Executor& inner = simulated ? static_cast<Executor&>(sim) : cpu;
+      FailingExecutor ex(inner, fx.model.topological_order().back());
+      auto p = make_policy(fx.model, ex, {.policy = name, .streams = 3});
+      for (int round = 0; round < 2; ++round) {  // the second round: still serving
+        std::vector<std::future<Response>> futs;
+        for (const auto& in : queries) futs.push_back(p->submit(in));
+        if (simulated) sim.synchronize();
+        for (size_t i = 0; i < futs.size(); ++i) {
+          if (i % 3 == 1) {
+            try {
+              futs[i].get();
+              ADD_FAILURE() << name << ": query " << i << " should have failed";
+            } catch (const Error& e) {
+              EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos);
+            }
+          } else {
+            EXPECT_EQ(futs[i].get().scores, fx.expected[i]) << name << " query " << i;
+          }
+        }
+      }
+    }
+}
+
+TEST(RecServing, SimDevicesAndBadSchedulerOptions) {
+  for (const auto& n : sim_device_names()) {
+    const SimDevice d = sim_device(n);
+    EXPECT_GT(d.sms, 0);
+    EXPECT_EQ(SimDevice::from_json(d.to_json()).profile.peak_flops, d.profile.peak_flops);
+  }
+  EXPECT_THROW(sim_device("h800"), InvalidArgument);
+  nlohmann::json bad = sim_device("h100").to_json();
+  bad["sms"] = 0;
+  EXPECT_THROW(SimDevice::from_json(bad), InvalidArgument);
+  EXPECT_THROW(SimExecutor(sim_device("h100"), {.jitter = 2}), InvalidArgument);
+  Fixture fx("tiny-dlrm", 1);
+  SimExecutor sim(sim_device("h100"));
+  EXPECT_THROW(make_policy(fx.model, sim, {.policy = "race", .streams = 1}), InvalidArgument);
+  EXPECT_THROW(make_policy(fx.model, sim, {.policy = "race", .rho = 0}), InvalidArgument);
+  EXPECT_THROW(make_policy(fx.model, sim, {.policy = "recos", .alpha = -1}), InvalidArgument);
+  auto p = make_policy(fx.model, sim, {.policy = "recos"});
+  EXPECT_THROW(p->submit(fx.pool[0], {.priority = 0}), InvalidArgument);
+  // A wait on an event recorded on another stream holds its stream until that record is reached;
+  // an event of another executor is refused.
+  const int s = sim.create_stream();
+  auto e = sim.create_event();
+  const int other = sim.create_stream();
+  sim.record(*e, other);
+  sim.wait(s, *e);  // fires once `other` reaches the record: fine
+  sim.synchronize();
+  SimExecutor lone(sim_device("h100"));
+  CpuExecutor cpu(test_cpu_profile());
+  auto foreign = cpu.create_event();
+  EXPECT_THROW(lone.wait(lone.create_stream(), *foreign), InvalidArgument);
 }
 
 }  // namespace

@@ -74,8 +74,9 @@ TANDEM_API const DeviceProfile& measured_profile(Device device);
 class TANDEM_API Tracer {
  public:
   explicit Tracer(size_t max_events = 500000) : max_events_(max_events) {}
+  // `tid`: the trace row; -1 = the calling thread (the CPU executor's worker).
   void add(const std::string& name, const std::string& category, int64_t query, int stream,
-           Clock::time_point begin, Clock::time_point end);
+           Clock::time_point begin, Clock::time_point end, int tid = -1);
   size_t size() const;
   size_t dropped() const;
   // Mean number of ops running at once over the traced span: the sum of op durations divided by
@@ -101,6 +102,14 @@ class TANDEM_API Tracer {
   Clock::time_point origin_ = Clock::now();
 };
 
+// What a scheduler predicts for one node of one query (its cost table, the recsys spec §2.2).
+struct OpCost {
+  double us = 0;  // standalone duration, µs
+  CostClass cls = CostClass::kTiny;
+  double share = 0;  // part of the device's parallel units it uses, (0, 1]
+  int units = 0;     // units it launches (CPU: threads; GPU: thread blocks)
+};
+
 class TANDEM_API Executor {
  public:
   virtual ~Executor() = default;
@@ -108,6 +117,13 @@ class TANDEM_API Executor {
   virtual int num_streams() const = 0;
   virtual std::shared_ptr<Event> create_event() = 0;
   virtual void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) = 0;
+  // Several op instances as one launch (RACE's phase fusion: the lookups of several tables and
+  // queries in one TBE-style kernel): the group is one item of the stream; its ops are independent
+  // of each other. This default launches them one by one.
+  virtual void launch_group(int stream, const std::vector<OpInstance>& ops,
+                            LaunchLimits limits = {}) {
+    for (const auto& op : ops) launch(stream, op, limits);
+  }
   // Runs fn after all earlier items of the stream (the query's completion callback).
   virtual void host(int stream, std::function<void()> fn) = 0;
   virtual void record(Event& event, int stream) = 0;
@@ -118,6 +134,16 @@ class TANDEM_API Executor {
   virtual ExecutorInfo info() const = 0;
   // Blocks until every stream is idle; re-throws the first error a host callback raised.
   virtual void synchronize() = 0;
+  // The executor's clock: the wall clock, except on SimExecutor (sim_executor.h), whose clock is
+  // simulated. Policies time queries with it, so latencies are simulated there.
+  virtual Clock::time_point now() const { return Clock::now(); }
+  // The cost of every node of `model` for a query of `rows` rows launched with `limits`. This
+  // default prices the nodes on info().device with the roofline (RooflineCostModel, plus
+  // kDefaultLaunchUs per op) and their cost_class; a node uses all info().parallel_units units,
+  // or limits.max_units of them. SimExecutor answers with its own model.
+  virtual std::vector<OpCost> predict_nodes(const RecModel& model, int64_t rows,
+                                            LaunchLimits limits = {}) const;
+  static constexpr double kDefaultLaunchUs = 3;
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
  protected:
@@ -133,6 +159,9 @@ class TANDEM_API CpuExecutor final : public Executor {
   int num_streams() const override;
   std::shared_ptr<Event> create_event() override;
   void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) override;
+  // One stream item that runs the group's nodes in turn (one dispatch instead of one per op).
+  void launch_group(int stream, const std::vector<OpInstance>& ops,
+                    LaunchLimits limits = {}) override;
   void host(int stream, std::function<void()> fn) override;
   void record(Event& event, int stream) override;
   void wait(int stream, Event& event) override;

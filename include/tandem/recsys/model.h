@@ -70,6 +70,9 @@ TANDEM_API QueryInputs concat_queries(const std::vector<const QueryInputs*>& par
 
 enum class CostClass { kMem, kComp, kTiny };
 TANDEM_API const char* to_string(CostClass c);  // "MEM", "COMP", "TINY"
+// True for the node kinds of a query's embedding phase (pooled lookups "emb_bag", item gathers
+// "emb_gather", WnD's wide lookups "wide"): RACE's phase E (the recsys spec §2.6).
+TANDEM_API bool is_lookup_kind(const std::string& kind);
 
 // How classify() sorts nodes. The device is never a default here: callers pass the DeviceProfile
 // the nodes run on (a ClusterSpec device, a `tandem profile` file read with

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Concurrent serving of recommendation queries: the baseline policies of the recsys spec (§3) over
-// an Executor, and the closed-/open-loop load generator that measures them.
+// Concurrent serving of recommendation queries: the serving policies of the recsys spec over an
+// Executor (the baselines of §3, and the op-level scheduler's RecOS / RACE / B4), and the
+// closed-/open-loop load generator that measures them.
 //
 // Policies (submit() is thread-safe and returns a future of the query's scores and timings):
 //   fcfs           B1: one stream, queries FIFO, each query's ops in topological order; no
@@ -13,10 +14,16 @@
 //   dynamic-batch  B3 + Triton's dynamic batcher: waiting requests are merged row-wise while the
 //                  batch holds <= max_batch_rows rows and the oldest has waited less than
 //                  max_queue_delay_us; each request gets its own rows of the batch's scores.
+//   recos, race, recos+race, b4
+//                  the op-level scheduler (src/recsys/op_scheduler.cpp; docs/recsys.md): ops of
+//                  all in-flight queries from one ready heap onto K streams (RecOS §2.3), E/D
+//                  lanes with a lookup budget, phase fusion and a cross-query pipeline (RACE
+//                  §2.6), or TorchRec-style lookup-ahead (B4); requests carry RequestMeta
+//                  (business priority, SLA).
 // Every response carries queue time (arrival to the start of its first op), service time and
 // latency. run_load() drives a policy with N closed-loop clients (each submits, waits, repeats)
 // or Poisson open-loop arrivals for a duration and reports p50/p95/p99 latency, throughput and
-// queue times.
+// queue times (run_sim_load in sim_executor.h does the same in simulated time).
 //
 //   tandem::rec::CpuExecutor ex(tandem::rec::measured_profile(tandem::Device::cpu()));
 //   auto policy = tandem::rec::make_policy(model, ex, {.policy = "stream-pool", .streams = 4});
@@ -48,11 +55,28 @@ struct Response {
   int64_t batch_rows = 0;  // rows of the launch this query ran in
 };
 
+// Per request (Triton-compatible semantics, the recsys spec §2.2): business priority, 1 highest;
+// the SLA sets the deadline arrival + sla_ms (0: PolicyOptions::sla_ms).
+struct RequestMeta {
+  int64_t priority = 1;
+  double sla_ms = 0;
+};
+
 struct PolicyOptions {
   std::string policy = "fcfs";       // a name in serving_policies(): fcfs, stream-pool, ...
-  int streams = 4;                   // N of stream-pool / instances / dynamic-batch
+  int streams = 4;                   // N of stream-pool / instances / dynamic-batch; K of recos
   int64_t max_batch_rows = 1024;     // dynamic-batch: rows per merged launch
   double max_queue_delay_us = 1000;  // dynamic-batch: longest wait for more requests
+  // The op-level scheduler (recos, race, recos+race, b4; op_scheduler.h).
+  double sla_ms = 60;  // default deadline (MLPerf DLRMv2 p99 target)
+  // alpha, beta and H chosen by the sweep in docs/results/recsys-recos-*.md (SimGPU H100, RM2 and
+  // BST at 32 clients; bench/recsys/sweep_recos.sh).
+  double alpha = 4.0;      // RecOS contention weight
+  double beta = 16.0;      // RecOS cross-stream (event) weight
+  double horizon_us = 0;   // issue horizon H; 0 = 0.4 x the median op duration
+  double event_us = 2;     // t_event: the cost of one cross-stream wait
+  double rho = 0.5;        // RACE lookup budget: share of the parallel units for lookups
+  int lookup_streams = 1;  // RACE lane E (K_E); lane D gets streams - lookup_streams (>= 1)
 };
 
 class TANDEM_API ServingPolicy {
@@ -60,7 +84,14 @@ class TANDEM_API ServingPolicy {
   virtual ~ServingPolicy() = default;
   virtual std::string name() const = 0;
   // Validates the query (InvalidArgument at once) and queues it.
-  virtual std::future<Response> submit(std::shared_ptr<const QueryInputs> query) = 0;
+  virtual std::future<Response> submit(std::shared_ptr<const QueryInputs> query,
+                                       const RequestMeta& meta) = 0;
+  std::future<Response> submit(std::shared_ptr<const QueryInputs> query) {
+    return submit(std::move(query), RequestMeta{});
+  }
+  // Scheduler counters (the op-level policies: issued ops, scheduler µs per issued op, ...);
+  // empty for the baselines.
+  virtual nlohmann::json stats() const { return nlohmann::json::object(); }
 };
 
 // Makes the policy `options.policy` names over `executor` (make_policy has checked streams >= 1;

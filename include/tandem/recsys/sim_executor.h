@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// SimExecutor: a deterministic discrete-event GPU executor for recsys serving (the recsys spec,
+// §2.1), so that the schedulers of serving.h run, and are tested, in the GPU setting on a machine
+// without a GPU.
+//
+// It implements the same Executor interface as CpuExecutor. Streams are FIFO queues in a simulator
+// with its own clock; an op's node is computed for real on the CPU (so queries get their true
+// scores) when the op starts in simulated time, while its simulated duration comes from a device
+// description:
+//   units(v)   = max(ceil(output elements / elems_per_unit), ceil(bytes moved / bytes_per_unit)),
+//                capped by LaunchLimits::max_units (thread blocks of the kernel)
+//   share(v)   = min(1, units / sms)       the part of the device the op can use
+//   c(v)       = launch_overhead + max(flops / peak_flops, bytes / bandwidth) / share(v),
+//                times (1 + jitter * u), u uniform in [-1, 1] from the seeded generator
+//   class(v)   = TINY when c(v) < tiny_factor * launch_overhead, else MEM when FLOP/byte is below
+//                peak_flops / bandwidth, else COMP
+// A started op first spends its launch overhead (a fixed latency that overlaps freely with other
+// ops), then its work progresses at rate 1 / slowdown, recomputed at every start, end of an
+// overhead and end; for sharing an op is MEM or COMP by FLOP/byte (a TINY op too):
+//   MEM:  max(1, sum of share over MEM ops doing work)    (they share the bandwidth)
+//   COMP: max(1, sum of share over COMP ops doing work)   (they share the SMs)
+//   times (1 + mem_comp_penalty) while an op of the other class does work.
+// Nothing happens in simulated time until the simulation is driven: run_until_idle(), step(),
+// synchronize(), or an event's synchronize(). Host callbacks run inside the simulation, on the
+// driving thread, at the simulated time their stream reaches them, and may issue more work.
+//
+//   tandem::rec::SimExecutor ex(tandem::rec::sim_device("h100"), {.seed = 1});
+//   auto policy = tandem::rec::make_policy(model, ex, {.policy = "recos", .streams = 4});
+//   auto stats = tandem::rec::run_sim_load(*policy, ex, pool, {.clients = 16, .duration_s = 0.2});
+//   for (const auto& s : ex.schedule()) ...;   // every op: stream, start, end (µs)
+//
+// Same device, seed and sequence of calls -> the same schedule, bit for bit. Departures from a
+// GPU: copies are elided (one address space, as on the CPU executor); stream priorities order which
+// runnable stream head is served first at the same instant, they do not preempt. alloc_async /
+// free_async are a stream-ordered pool of blocks: a freed block returns to the pool when its stream
+// reaches the free. Thread-safety: every method may be called from any thread (one recursive
+// lock), but the simulation is deterministic only when one thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tandem/export.h"
+#include "tandem/recsys/executor.h"
+#include "tandem/recsys/serving.h"
+
+namespace tandem::rec {
+
+// A simulated device. `profile` gives peak_flops and mem_bandwidth_bytes_per_s.
+struct TANDEM_API SimDevice {
+  std::string name;
+  DeviceProfile profile;
+  int sms = 1;                    // parallel units (GPU: SMs; CPU: worker threads)
+  double elems_per_unit = 4096;   // output elements one unit (thread block) produces
+  double bytes_per_unit = 16384;  // bytes one unit moves
+  double launch_overhead_us = 4;  // per op, and the TINY base cost
+  double tiny_factor = 1.5;       // TINY when c < tiny_factor * launch_overhead
+  double mem_comp_penalty = 0.1;  // slowdown while MEM and COMP ops run together
+  nlohmann::json to_json() const;
+  // InvalidArgument naming the field for a missing or non-positive number.
+  static SimDevice from_json(const nlohmann::json& j, const std::string& where = "sim device");
+};
+
+// The built-in device descriptions (data compiled into the library): "h100", "h200", "a100".
+TANDEM_API std::vector<std::string> sim_device_names();
+// One of them (InvalidArgument listing the names for another).
+TANDEM_API SimDevice sim_device(const std::string& name);
+// A CPU described as a device: sms = its threads, units of the same size, launch overhead of a
+// CPU stream item (the profile measured by measured_profile(), or a test profile).
+TANDEM_API SimDevice sim_cpu_device(const DeviceProfile& cpu, double launch_overhead_us = 3);
+
+struct SimOptions {
+  uint64_t seed = 1;
+  double jitter = 0.05;  // relative spread of op durations, in [0, 0.5]
+};
+
+// One op as it ran in simulated time.
+struct SimSpan {
+  int64_t query = 0;
+  int node = -1;
+  int stream = -1;
+  CostClass cls = CostClass::kTiny;
+  int units = 0;
+  int group = 1;  // ops in its launch (launch_group): they share start, end and units
+  double start_us = 0, end_us = 0;
+  bool operator==(const SimSpan&) const = default;
+};
+
+class TANDEM_API SimExecutor final : public Executor {
+ public:
+  SimExecutor(SimDevice device, SimOptions options = {});
+  ~SimExecutor() override;
+  int create_stream(int priority = 0) override;
+  int num_streams() const override;
+  std::shared_ptr<Event> create_event() override;
+  void launch(int stream, const OpInstance& op, LaunchLimits limits = {}) override;
+  // One launch for the group: the members' FLOPs, bytes and outputs summed, one launch overhead;
+  // schedule() lists each member with the group's start and end.
+  void launch_group(int stream, const std::vector<OpInstance>& ops,
+                    LaunchLimits limits = {}) override;
+  void host(int stream, std::function<void()> fn) override;
+  void record(Event& event, int stream) override;
+  void wait(int stream, Event& event) override;
+  bool done(Event& event) override;
+  void* alloc_async(size_t bytes, int stream) override;
+  void free_async(void* ptr, size_t bytes, int stream) override;
+  ExecutorInfo info() const override;
+  // Runs the simulation until every stream is empty; re-throws the first error a host callback
+  // raised. Infeasible when streams wait on events nothing will record (a deadlock).
+  void synchronize() override;
+  Clock::time_point now() const override;
+
+  // Processes everything due at the current instant, then advances the clock to the next op end
+  // or timer and processes that. Returns false when nothing is left to do.
+  bool step();
+  // Steps until `pred()` holds (checked between steps) or nothing is left; returns pred().
+  bool run_until(const std::function<bool()>& pred);
+  void run_until_idle() {
+    run_until([] { return false; });
+  }
+  // Runs fn inside the simulation at simulated time t_us (now if earlier); open-loop arrivals.
+  void at(double t_us, std::function<void()> fn);
+  double now_us() const;
+
+  // Every op run so far, in start order.
+  const std::vector<SimSpan>& schedule() const { return schedule_; }
+  // The model above without jitter: what the schedulers' cost tables hold on this executor.
+  std::vector<OpCost> predict_nodes(const RecModel& model, int64_t rows,
+                                    LaunchLimits limits = {}) const override;
+  // Pool statistics: blocks handed out again after a free, and the largest number of bytes live.
+  int64_t reused_blocks() const;
+  const SimDevice& device() const { return dev_; }
+
+ private:
+  struct Item;
+  struct Running;
+  struct SimStream;
+  class SimEvent;
+  const std::vector<OpNode>& nodes_of(const RecModel& model, int64_t rows) const;
+  OpCost cost(const OpNode& node, LaunchLimits limits) const;
+  SimStream& stream_ref(int id);
+  SimEvent& sim_event(Event& e) const;
+  bool settle();  // processes runnable stream heads at now; true if anything happened
+  void start_op(int stream, Item& item);
+  void update_rates();
+
+  SimDevice dev_;
+  SimOptions opt_;
+  std::mt19937_64 rng_;
+  Clock::time_point epoch_;
+  mutable std::recursive_mutex mu_;
+  double now_ = 0;
+  std::vector<std::unique_ptr<SimStream>> streams_;
+  std::vector<Running> running_;
+  std::multimap<std::pair<double, int64_t>, std::function<void()>> timers_;
+  int64_t timer_seq_ = 0;
+  std::vector<SimSpan> schedule_;
+  mutable std::map<std::pair<const RecModel*, int64_t>, std::vector<OpNode>> graphs_;
+  std::exception_ptr error_;
+  // Stream-ordered pool: free blocks by size; blocks handed out.
+  std::multimap<size_t, void*> free_blocks_;
+  std::map<void*, size_t> live_blocks_;
+  std::vector<std::unique_ptr<char[]>> storage_;
+  int64_t reused_ = 0;
+};
+
+// Closed-loop load in simulated time: `options.clients` clients each submit a query, wait for its
+// answer and submit the next, for options.duration_s simulated seconds after options.warmup_s
+// (open loop when options.rate_qps > 0: Poisson arrivals at simulated times). The policy must be
+// built over `executor`. Latencies and throughput are simulated; scores are real.
+TANDEM_API LoadStats run_sim_load(ServingPolicy& policy, SimExecutor& executor,
+                                  const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                                  const LoadOptions& options);
+
+}  // namespace tandem::rec
