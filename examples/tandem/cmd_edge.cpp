@@ -197,18 +197,12 @@ int run_edge_run(const EdgePlanOptions& o) {
   pipe.run(frames(image, 1));
   const double latency = pipe.run(frames(image, 1)).makespan_s;
   const sched::RunReport r = pipe.run(frames(image, o.frames));
-  // Steady state from the stage timelines: the period is the mean gap between frames leaving the
-  // last stage.
-  std::vector<double> done;
-  for (const auto& t : r.timelines) {
-    if (t.kind != "stage") continue;
-    done.clear();
-    for (const auto& iv : t.intervals) done.push_back(iv.end_s);
-  }
-  std::sort(done.begin(), done.end());
-  const double period = done.size() > 1
-                            ? (done.back() - done.front()) / static_cast<double>(done.size() - 1)
-                            : r.makespan_s;
+  // Steady state: a pipeline's makespan is one frame's latency plus a period per further frame.
+  // (Gaps between frames leaving the last stage understate it: the shared medium is not fair, so
+  // frames can bunch at the end.)
+  const double period =
+      o.frames > 1 ? std::max(0.0, r.makespan_s - latency) / static_cast<double>(o.frames - 1)
+                   : r.makespan_s;
   // Eq. 9 charges a stage its transfers on top of its compute; the runtime overlaps one frame's
   // transfers with another's compute, so its period can reach down to the busiest resource: a
   // device's compute or the shared medium's transfers per frame.

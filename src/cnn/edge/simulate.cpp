@@ -100,7 +100,7 @@ RuntimeSim simulate_runtime(const EdgePlan& plan, const EdgeProblem& pb,
   r.latency_s = run(plan, pb, 1, o.shared_medium).back();
   const std::vector<double> done = run(plan, pb, o.frames, o.shared_medium);
   r.makespan_s = done.back();
-  r.period_s = (done.back() - done.front()) / static_cast<double>(o.frames - 1);
+  r.period_s = std::max(0.0, r.makespan_s - r.latency_s) / static_cast<double>(o.frames - 1);
   return r;
 }
 

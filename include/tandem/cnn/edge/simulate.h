@@ -32,7 +32,7 @@ struct RuntimeSimOptions {
 };
 
 struct RuntimeSim {
-  double period_s = 0;   // (last frame's done - first frame's done) / (frames - 1)
+  double period_s = 0;   // (makespan - latency) / (frames - 1), as `tandem edge run` measures it
   double latency_s = 0;  // one frame through an empty pipeline
   double makespan_s = 0;
 };
