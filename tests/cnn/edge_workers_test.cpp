@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Edge plans over `tandem worker` processes on tcp loopback (issue 17): PICO's and OFL's plans for
-// MobileNetV2 on three devices run as cnn.tiles stages on three worker processes and equal the
-// single-device run bit for bit (row bands); a worker SIGKILLed mid-run is found by the
-// heartbeats, the plan is made again over the two survivors (replan_over_survivors), and every
-// frame is delivered exactly once, unchanged. The model comes from scripts/cnn/gen_models.py
-// (skipped with the command when absent).
+// Edge plans over `tandem worker` processes on tcp loopback (issues 17, 18): PICO's, OFL's and
+// DeepZoning's plans for MobileNetV2 on three devices run as cnn.tiles stages on three worker
+// processes and equal the single-device run bit for bit (row bands); a worker SIGKILLed mid-run is
+// found by the heartbeats, the plan is made again over the two survivors (replan_over_survivors),
+// and every frame is delivered exactly once, unchanged. The model comes from
+// scripts/cnn/gen_models.py (skipped with the command when absent).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -104,7 +104,7 @@ class EdgeWorkers : public ::testing::Test {
 
 TEST_F(EdgeWorkers, PlansOverThreeWorkerProcessesEqualOneDevice) {
   const auto map = start_workers();
-  for (const char* system : {"pico", "ofl"}) {
+  for (const char* system : {"pico", "ofl", "deepzoning"}) {
     SCOPED_TRACE(system);
     const EdgePlan plan = plan_system(system, problem_);
     const sched::PipelinePlan runtime = to_pipeline_plan(plan, problem_, model_, "three");
