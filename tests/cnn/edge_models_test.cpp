@@ -51,6 +51,28 @@ INSTANTIATE_TEST_SUITE_P(Paper, EdgeModels,
                          ::testing::Values("vgg16", "yolov2", "resnet34", "inception_v3",
                                            "mobilenet_v2"));
 
+// Runs `plan` on sched::Pipeline (local stages called directly, then over inproc://) for two frames
+// of `image` and returns every output.
+std::vector<Tensor> run_plan(const sched::PipelinePlan& plan, const ClusterSpec& cl,
+                             const Tensor& image) {
+  std::vector<Tensor> outs;
+  for (bool direct : {true, false}) {
+    sched::PipelineOptions o;
+    o.direct_local = direct;
+    o.emulate_devices = o.emulate_links = false;
+    sched::Pipeline pipe(sched::PipelinePlan::from_json(plan.to_json()), cl, {}, o);
+    std::vector<sched::Request> reqs(2);
+    for (uint64_t id = 0; id < 2; ++id) {
+      reqs[id].id = id;
+      reqs[id].micros.push_back(sched::Packet{});
+      reqs[id].micros[0].tensors = {image};
+    }
+    const sched::RunReport r = pipe.run(std::move(reqs));
+    for (const auto& [id, out] : r.outputs) outs.push_back(out.at(0).tensors.at(0));
+  }
+  return outs;
+}
+
 // Edge plans on the pipeline runtime: each system's plan for ResNet-18 on the 4-device testbed,
 // as the runtime's PipelinePlan of cnn.tiles stages (group stages split, run on their devices
 // and stitched), run by sched::Pipeline with local stages called directly and over inproc://,
@@ -74,51 +96,16 @@ TEST(EdgeRuntime, PlansRunOnThePipelineRuntimeAndMatchOneDevice) {
     const sched::PipelinePlan plan =
         to_pipeline_plan(plan_system(system, pb), pb, model.string(), "pico-4");
     for (const auto& st : plan.stages) groups += st.is_group();
-    for (bool direct : {true, false}) {
-      SCOPED_TRACE(std::string(system) + (direct ? " direct" : " inproc"));
-      sched::PipelineOptions o;
-      o.direct_local = direct;
-      o.emulate_devices = o.emulate_links = false;
-      sched::Pipeline pipe(sched::PipelinePlan::from_json(plan.to_json()), cl, {}, o);
-      std::vector<sched::Request> reqs(2);
-      for (uint64_t id = 0; id < 2; ++id) {
-        reqs[id].id = id;
-        reqs[id].micros.push_back(sched::Packet{});
-        reqs[id].micros[0].tensors = {image};
-      }
-      const sched::RunReport r = pipe.run(std::move(reqs));
-      ASSERT_EQ(r.outputs.size(), 2u);
-      for (const auto& [id, out] : r.outputs) {
-        const Tensor& got = out.at(0).tensors.at(0);
-        ASSERT_EQ(got.shape(), want.shape());
-        EXPECT_LE(cnn::testing::scaled_max_error(got, want), cnn::testing::kRectTol);
-        if (std::string(system) != "efl") EXPECT_TRUE(cnn::testing::bit_equal(got, want));
-      }
+    SCOPED_TRACE(system);
+    const std::vector<Tensor> outs = run_plan(plan, cl, image);  // direct, then inproc
+    ASSERT_EQ(outs.size(), 4u);
+    for (const Tensor& got : outs) {
+      ASSERT_EQ(got.shape(), want.shape());
+      EXPECT_LE(cnn::testing::scaled_max_error(got, want), cnn::testing::kRectTol);
+      if (std::string(system) != "efl") EXPECT_TRUE(cnn::testing::bit_equal(got, want));
     }
   }
   EXPECT_GT(groups, 0) << "no plan split a stage over several devices";
-}
-
-// Runs `plan` on sched::Pipeline (local stages called directly, then over inproc://) for two frames
-// of `image` and returns every output.
-std::vector<Tensor> run_plan(const sched::PipelinePlan& plan, const ClusterSpec& cl,
-                             const Tensor& image) {
-  std::vector<Tensor> outs;
-  for (bool direct : {true, false}) {
-    sched::PipelineOptions o;
-    o.direct_local = direct;
-    o.emulate_devices = o.emulate_links = false;
-    sched::Pipeline pipe(sched::PipelinePlan::from_json(plan.to_json()), cl, {}, o);
-    std::vector<sched::Request> reqs(2);
-    for (uint64_t id = 0; id < 2; ++id) {
-      reqs[id].id = id;
-      reqs[id].micros.push_back(sched::Packet{});
-      reqs[id].micros[0].tensors = {image};
-    }
-    const sched::RunReport r = pipe.run(std::move(reqs));
-    for (const auto& [id, out] : r.outputs) outs.push_back(out.at(0).tensors.at(0));
-  }
-  return outs;
 }
 
 // DeepZoning's modes on the runtime (spec cnn.md §3.3), a plan built by hand on ResNet-18 over
