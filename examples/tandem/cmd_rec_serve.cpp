@@ -50,7 +50,6 @@ CLI::Validator positive_up_to(double hi) {
 
 struct RecServeOptions {
   std::string model = "tiny-dlrm";
-  std::string policy = "fcfs";
   std::string output = "md";
   std::string trace;
   std::string weights;
@@ -64,7 +63,6 @@ struct RecServeOptions {
   std::string device_profile;  // a `tandem profile` JSON file; empty: measure this machine
   double size_sd = 4;
   int clients = 1;
-  int streams = 4;
   int threads = 0;
   int pool = 64;
   int trace_events = 100000;
@@ -75,16 +73,11 @@ struct RecServeOptions {
   double zipf_s = 1.05;
   double rows_scale = 0;  // 0: fit the tables into table_budget_mib
   double table_budget_mib = 1024;
-  double max_delay_us = 1000;
   int64_t query_size = 0;
-  int64_t max_batch = 1024;
   int64_t cache_rows = 0;
   uint64_t seed = 1;
-  // The op-level schedulers (PolicyOptions) and the simulated device.
-  double sla_ms = rec::PolicyOptions{}.sla_ms, alpha = rec::PolicyOptions{}.alpha,
-         beta = rec::PolicyOptions{}.beta, horizon_us = rec::PolicyOptions{}.horizon_us,
-         rho = rec::PolicyOptions{}.rho, jitter = rec::SimOptions{}.jitter;
-  int lookup_streams = 1;
+  rec::PolicyOptions po;  // the policy and its knobs, bound to the options directly
+  double jitter = rec::SimOptions{}.jitter;
   bool ltp = false;
 };
 
@@ -212,17 +205,7 @@ int run_rec_serve(const RecServeOptions& o) {
   Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
-  PolicyOptions po;
-  po.policy = o.policy;
-  po.streams = o.streams;
-  po.max_batch_rows = o.max_batch;
-  po.max_queue_delay_us = o.max_delay_us;
-  po.sla_ms = o.sla_ms;
-  po.alpha = o.alpha;
-  po.beta = o.beta;
-  po.horizon_us = o.horizon_us;
-  po.rho = o.rho;
-  po.lookup_streams = o.lookup_streams;
+  const PolicyOptions& po = o.po;
   if (o.ltp && !simulated)
     throw InvalidArgument("--ltp searches on a simulated device only (--device sim:...)");
   LoadStats s;
@@ -258,12 +241,12 @@ int run_rec_serve(const RecServeOptions& o) {
                         {"params",
                          {{"model", cfg.name},
                           {"kind", to_string(cfg.kind)},
-                          {"policy", o.policy},
+                          {"policy", o.po.policy},
                           {"device", o.device},
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
                           {"max_outstanding", o.max_outstanding},
-                          {"streams", o.streams},
+                          {"streams", o.po.streams},
                           {"duration_s", o.duration_s},
                           {"query_size", cfg.query_size},
                           {"size_dist", o.size_dist},
@@ -315,7 +298,7 @@ int run_rec_serve(const RecServeOptions& o) {
     std::printf("; scheduler %.2f us per issued op", sched["sched_us_per_op"].get<double>());
   if (!ltp.is_null())
     std::printf("; latency-bounded throughput %.1f QPS (p99 <= %g ms)", ltp["qps"].get<double>(),
-                o.sla_ms);
+                o.po.sla_ms);
   if (!o.trace.empty())
     std::printf(
         "; trace: %s (%zu ops, %.2f running at once on average; open in "
@@ -333,23 +316,23 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "cpu, cuda:N (the model's weights and tables are copied there), or a simulated "
                   "GPU: sim:h100, sim:h200, sim:a100, sim:cpu (this CPU's profile as a device)")
       ->capture_default_str();
-  sub->add_option("--sla-ms", o->sla_ms, "Deadline of a query (recos / race ordering; --ltp)")
+  sub->add_option("--sla-ms", o->po.sla_ms, "Deadline of a query (recos / race ordering; --ltp)")
       ->check(positive_up_to(1e6))
       ->capture_default_str();
-  sub->add_option("--alpha", o->alpha, "recos: contention weight")
+  sub->add_option("--alpha", o->po.alpha, "recos: contention weight")
       ->check(number_in(0.0, 1e6))
       ->capture_default_str();
-  sub->add_option("--beta", o->beta, "recos: cross-stream (event) weight")
+  sub->add_option("--beta", o->po.beta, "recos: cross-stream (event) weight")
       ->check(number_in(0.0, 1e6))
       ->capture_default_str();
-  sub->add_option("--horizon-us", o->horizon_us,
+  sub->add_option("--horizon-us", o->po.horizon_us,
                   "recos / race: issue horizon (0 = 2 x the median op duration)")
       ->check(number_in(0.0, 1e9))
       ->capture_default_str();
-  sub->add_option("--rho", o->rho, "race: share of the parallel units for lookups")
+  sub->add_option("--rho", o->po.rho, "race: share of the parallel units for lookups")
       ->check(positive_up_to(1.0))
       ->capture_default_str();
-  sub->add_option("--lookup-streams", o->lookup_streams, "race: streams of the lookup lane")
+  sub->add_option("--lookup-streams", o->po.lookup_streams, "race: streams of the lookup lane")
       ->check(CLI::Range(1, 1023))
       ->capture_default_str();
   sub->add_option("--jitter", o->jitter, "sim: relative spread of op durations")
@@ -370,7 +353,7 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("-d,--duration", o->duration_s, "Measured seconds")
       ->check(positive_up_to(86400.0))
       ->capture_default_str();
-  sub->add_option("-p,--policy", o->policy, "Serving policy")
+  sub->add_option("-p,--policy", o->po.policy, "Serving policy")
       ->check(CLI::IsMember(rec::policy_names()))
       ->capture_default_str();
   sub->add_option("-o,--output", o->output, "Output format")
@@ -380,7 +363,7 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--trace-events", o->trace_events, "Most ops kept in the trace")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  sub->add_option("--streams", o->streams, "Streams / instances of the policy")
+  sub->add_option("--streams", o->po.streams, "Streams / instances of the policy")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   sub->add_option("--rate", o->rate_qps,
@@ -425,10 +408,10 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--weights", o->weights, "Load weights from this safetensors file")
       ->check(CLI::ExistingFile);
   sub->add_option("--save-weights", o->save_weights, "Write the weights as safetensors");
-  sub->add_option("--max-batch", o->max_batch, "dynamic-batch: rows per merged launch")
+  sub->add_option("--max-batch", o->po.max_batch_rows, "dynamic-batch: rows per merged launch")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
-  sub->add_option("--max-delay-us", o->max_delay_us, "dynamic-batch: longest queue delay")
+  sub->add_option("--max-delay-us", o->po.max_queue_delay_us, "dynamic-batch: longest queue delay")
       ->check(number_in(0.0, 1e7))
       ->capture_default_str();
   sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)")
