@@ -53,18 +53,18 @@ std::vector<Member> members_of(const Stage& s, const EdgeProblem& pb) {
   return out;
 }
 
-// Frames 0..n-1 through the plan; returns each frame's completion time.
-std::vector<double> run(const EdgePlan& plan, const EdgeProblem& pb, int n, bool shared) {
+// Frames 0..n-1 through the plan (its stages' members); returns when the last one is done.
+double run(const EdgePlan& plan, const EdgeProblem& pb,
+           const std::vector<std::vector<Member>>& stages, int n, bool shared) {
   const Chain& c = *pb.chain;
-  std::vector<std::vector<Member>> stages;
-  for (const Stage& s : plan.stages) stages.push_back(members_of(s, pb));
   const size_t ns = stages.size();
   Resource one_medium;
   std::vector<Resource> group_medium(ns), link_medium(ns);
   std::map<std::string, Resource> device;
-  std::vector<double> node_free(ns, 0.0), link_free(ns, 0.0), done;
+  std::vector<double> node_free(ns, 0.0), link_free(ns, 0.0);
+  double t = 0;
   for (int f = 0; f < n; ++f) {
-    double t = 0;
+    t = 0;
     for (size_t j = 0; j < ns; ++j) {
       if (j > 0 && stages[j][0].device != stages[j - 1][0].device) {
         // The stitched tensor from the last master to this one (a link node).
@@ -84,9 +84,8 @@ std::vector<double> run(const EdgePlan& plan, const EdgeProblem& pb, int n, bool
       node_free[j] = end;
       t = end;
     }
-    done.push_back(t);
   }
-  return done;
+  return t;  // frames leave in order: the last one's completion
 }
 
 }  // namespace
@@ -96,10 +95,11 @@ RuntimeSim simulate_runtime(const EdgePlan& plan, const EdgeProblem& pb,
   if (o.frames < 2)
     throw InvalidArgument(cat("simulate_runtime: frames must be >= 2, got ", o.frames));
   if (plan.stages.empty()) throw InvalidArgument("simulate_runtime: the plan has no stages");
+  std::vector<std::vector<Member>> stages;  // priced once for both runs
+  for (const Stage& s : plan.stages) stages.push_back(members_of(s, pb));
   RuntimeSim r;
-  r.latency_s = run(plan, pb, 1, o.shared_medium).back();
-  const std::vector<double> done = run(plan, pb, o.frames, o.shared_medium);
-  r.makespan_s = done.back();
+  r.latency_s = run(plan, pb, stages, 1, o.shared_medium);
+  r.makespan_s = run(plan, pb, stages, o.frames, o.shared_medium);
   r.period_s = std::max(0.0, r.makespan_s - r.latency_s) / static_cast<double>(o.frames - 1);
   return r;
 }
