@@ -22,7 +22,6 @@
 #include "tandem/cnn/edge/replan.h"
 #include "tandem/cnn/edge/simulate.h"
 #include "tandem/cnn/executor.h"
-#include "tandem/cnn/onnx_import.h"
 #include "tandem/core/cluster.h"
 #include "tandem/core/error.h"
 #include "tandem/sched/pipeline.h"
@@ -66,7 +65,7 @@ std::string row(const cnn::edge::EdgePlan& p, double single_period) {
 struct EdgeSetup {
   explicit EdgeSetup(const EdgePlanOptions& o)
       : cluster(load_cluster(o)),
-        graph(cnn::import_onnx(o.model)),
+        graph(cnn::edge::load_edge_graph(o.model)),
         chain(cnn::edge::linearise(graph)),
         cost(make_cost(o)),
         problem(cnn::edge::make_problem(chain, cluster, *cost)) {}

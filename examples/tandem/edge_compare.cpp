@@ -16,7 +16,6 @@
 #include "commands.h"
 #include "tandem/cnn/edge/measure.h"
 #include "tandem/cnn/edge/planners.h"
-#include "tandem/cnn/onnx_import.h"
 #include "tandem/core/cluster.h"
 
 namespace tandem::cli {
@@ -102,7 +101,7 @@ std::string stem(const std::string& path) {
 
 void compare_model(const CompareOptions& o, const ClusterSpec& base, const std::string& path,
                    std::vector<Row>& rows) {
-  const cnn::Graph graph = cnn::import_onnx(path);
+  const cnn::Graph graph = cnn::edge::load_edge_graph(path);
   const cnn::edge::Chain chain = cnn::edge::linearise(graph);
   std::fprintf(stderr, "edge compare: %s: %d pieces, profiling on this host...\n", path.c_str(),
                chain.size());

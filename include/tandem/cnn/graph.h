@@ -112,6 +112,7 @@ class TANDEM_API Graph {
   int add_node(Node node);  // wires producer/consumers; node.inputs/outputs must exist
   void add_input(int tensor) { inputs_.push_back(tensor); }
   void add_output(int tensor) { outputs_.push_back(tensor); }
+  void set_outputs(std::vector<int> tensors) { outputs_ = std::move(tensors); }
 
   // Fills in every tensor's shape from the inputs' shapes and checks operands; throws
   // InvalidArgument naming the node on a mismatch (the importer rethrows it as a ParseError). Nodes

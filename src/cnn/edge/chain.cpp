@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "tandem/cnn/onnx_import.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cnn::edge {
@@ -46,6 +47,54 @@ Piece make_piece(const Graph& g, int in, int out, std::vector<int> nodes) {
 }
 
 }  // namespace
+
+namespace {
+
+Node sink_node(std::string name, OpKind op, std::vector<int> inputs, int output) {
+  Node n;
+  n.name = std::move(name);
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.outputs = {output};
+  n.axis = 1;
+  return n;
+}
+
+}  // namespace
+
+Graph with_single_output(Graph g) {
+  if (g.outputs().size() <= 1) return g;
+  if (g.find_tensor(kSinkTensor) >= 0)
+    throw InvalidArgument(cat("edge planners: the model already has a tensor named '", kSinkTensor,
+                              "', the virtual sink's name"));
+  const std::vector<int> outputs = g.outputs();
+  std::vector<int> flat;
+  int64_t batch = -1, width = 0;
+  for (int out : outputs) {
+    const TensorInfo& t = g.tensor(out);
+    if (t.shape.rank() < 1 || t.shape.numel() == 0)
+      throw Unsupported(cat("edge planners: output '", t.name, "' has shape ", t.shape.to_string(),
+                            ", which the virtual sink cannot flatten"));
+    if (batch >= 0 && t.shape[0] != batch)
+      throw Unsupported(cat("edge planners: the outputs' batch sizes differ ('", t.name,
+                            "': ", t.shape[0], ", earlier ones: ", batch, ")"));
+    batch = t.shape[0];
+    const int64_t size = t.shape.numel() / batch;
+    width += size;
+    const std::string name = t.name + ".flat";
+    const int f = g.add_tensor(name, Shape{batch, size});
+    g.add_node(sink_node("tandem.sink.flatten." + t.name, OpKind::kFlatten, {out}, f));
+    flat.push_back(f);
+  }
+  const int sink = g.add_tensor(kSinkTensor, Shape{batch, width});
+  g.add_node(sink_node("tandem.sink", OpKind::kConcat, flat, sink));
+  g.set_outputs({sink});
+  return g;
+}
+
+Graph load_edge_graph(const std::string& onnx_path) {
+  return with_single_output(import_onnx(onnx_path));
+}
 
 Chain linearise(const Graph& g) {
   if (g.inputs().size() != 1 || g.outputs().size() != 1)

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/json_reader.h"
+#include "tandem/cnn/edge/chain.h"
 #include "tandem/cnn/edge/planners.h"
-#include "tandem/cnn/onnx_import.h"
 #include "tandem/sched/planner.h"
 
 namespace tandem::cnn::edge {
@@ -37,7 +37,7 @@ PlanOptions read_options(const nlohmann::json& j) {
 sched::Planner edge_planner(const std::string& system, const std::string& description) {
   return {"cnn", description, [system](const sched::PlanRequest& r) {
             const PlanOptions opt = read_options(r.options);
-            const Graph g = import_onnx(r.model);
+            const Graph g = load_edge_graph(r.model);
             const Chain chain = linearise(g);
             const AnalyticCostModel cost;
             const EdgeProblem pb = make_problem(chain, r.cluster, cost);

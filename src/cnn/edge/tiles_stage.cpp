@@ -26,8 +26,8 @@
 #include <memory>
 #include <mutex>
 
+#include "tandem/cnn/edge/chain.h"
 #include "tandem/cnn/executor.h"
-#include "tandem/cnn/onnx_import.h"
 #include "tandem/cnn/region.h"
 #include "tandem/core/error.h"
 #include "tandem/core/registry.h"
@@ -59,7 +59,7 @@ std::shared_ptr<const Segment> segment_of(const nlohmann::json& c) {
   auto& seg = segments[model + '\n' + from + '\n' + to];
   if (seg) return seg;
   auto& g = graphs[model];
-  if (!g) g = std::make_shared<const Graph>(import_onnx(model));
+  if (!g) g = std::make_shared<const Graph>(load_edge_graph(model));
   auto s = std::make_shared<Segment>();
   s->graph = g;
   s->from = g->find_tensor(from);

@@ -114,8 +114,25 @@ class TANDEM_API Chain {
 };
 
 // The chain of pieces of `g`. Throws Unsupported naming the model's inputs/outputs when it has
-// more than one of either (a virtual sink is not built here) or a piece would be empty.
+// more than one of either (give a multi-output model its virtual sink first: with_single_output)
+// or a piece would be empty.
 TANDEM_API Chain linearise(const Graph& g);
+
+// The name of the virtual sink's tensor (with_single_output).
+inline constexpr const char* kSinkTensor = "tandem.sink";
+
+// `g` with one output. A model with several outputs (YOLOv5s's three detection heads) gets a
+// virtual sink: each output flattened to [N, size] (a Flatten node) and all of them concatenated
+// along axis 1 into one tensor named kSinkTensor, in output order; a single-output graph is
+// returned unchanged. The sink is data movement only, so outputs and FLOPs are those of `g`. Its
+// piece is not spatial (its output has no rows): planners run it, with the nodes after the
+// model's last cut tensor, on one device.
+TANDEM_API Graph with_single_output(Graph g);
+
+// The graph of an ONNX model as the edge layer plans and runs it: import_onnx, then
+// with_single_output. The planners and the cnn.tiles runtime both load models through it, so the
+// tensor names in a plan exist on every worker.
+TANDEM_API Graph load_edge_graph(const std::string& onnx_path);
 
 // f32 bytes of region `r` of a tensor of shape `s` (rank 4: N·C·rows·cols; else all of it).
 TANDEM_API double region_bytes(const Shape& s, const Region& r);
