@@ -6,8 +6,15 @@
 #   Not for the library: loading the 125 MB header costs a small file more than it saves (core/tensor.cpp
 #   3.3 s with it, 1.9 s without; measured 2026-12-03, docs/ci.md).
 #
+# - Unity builds of the library (TANDEM_UNITY_LIBRARY, default OFF; .ci/run's sanitizer builds turn it on):
+#   each object library of src/ and backends/cpu compiles its sources 8 to a translation unit, so the
+#   headers and templates they share are parsed and instantiated once per 8 files (an 8-file batch of
+#   src/cnn under the sanitizers: 32 CPU-s instead of 50). Sources must then not define the same name in
+#   their anonymous namespaces (.ci/run rebuilds without unity, loudly, when a clash breaks the build).
+#
 #   tandem_precompile(tandem_cli CLI/CLI.hpp)   # the family's headers + CLI11's
 option(TANDEM_PCH "Precompile the common heavy headers of each target" ON)
+option(TANDEM_UNITY_LIBRARY "Compile the library's sources in batches of 8 (unity build)" OFF)
 option(TANDEM_CCACHE "Use ccache when it is installed" ON)
 
 if(TANDEM_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
@@ -56,5 +63,14 @@ endfunction()
 function(_tandem_pch_for_ccache target)
   if(TANDEM_CCACHE_PROGRAM AND CMAKE_CXX_COMPILER_LAUNCHER)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fpch-preprocess>)
+  endif()
+endfunction()
+
+# tandem_unity(<target>): with TANDEM_UNITY_LIBRARY, <target> is built as a unity build. A type from one
+# file's anonymous namespace held by another file's class is a false -Wsubobject-linkage there.
+function(tandem_unity target)
+  if(TANDEM_UNITY_LIBRARY)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
   endif()
 endfunction()

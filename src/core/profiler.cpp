@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/core/graph.h"
@@ -27,10 +28,6 @@ namespace tandem {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void check_options(const ProfileOptions& opt) {
   if (opt.repeats < 1)

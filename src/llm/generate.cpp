@@ -6,17 +6,10 @@
 #include <chrono>
 #include <numeric>
 
+#include "core/clock.h"
 #include "tandem/core/error.h"
 
 namespace tandem::llm {
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 GenerateResult generate(const Model& model, KvCache& cache, std::span<const int32_t> prompt,
                         const GenerateOptions& options) {
   if (prompt.empty()) throw InvalidArgument("generate: empty prompt");

@@ -89,7 +89,7 @@ void put_float(std::vector<uint8_t>& out, const std::string& key, double v, Gguf
   }
 }
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t aligned_offset(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
@@ -258,10 +258,10 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     put<uint32_t>(out, t.ggml_type);
     put<uint64_t>(out, offset);
     offsets.push_back(offset);
-    offset = align_up(offset + t.bytes.size(), a);
+    offset = aligned_offset(offset + t.bytes.size(), a);
   }
   if (impl_->tensors.empty()) return out;
-  const uint64_t data_start = align_up(out.size(), a);
+  const uint64_t data_start = aligned_offset(out.size(), a);
   out.resize(data_start, 0);
   for (size_t i = 0; i < impl_->tensors.size(); ++i) {
     out.resize(data_start + offsets[i], 0);

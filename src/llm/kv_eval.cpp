@@ -5,23 +5,17 @@
 #include <cmath>
 #include <random>
 
+#include "core/clock.h"
 #include "llm/kv_eval_internal.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/chat_template.h"
+#include "tandem/llm/sampler.h"
 #include "tandem/llm/vocab.h"
 
 namespace tandem::llm {
 namespace {
 
 using namespace kv_eval_detail;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-int32_t argmax(std::span<const float> x) {
-  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
-}
 
 struct Run {
   std::string policy;

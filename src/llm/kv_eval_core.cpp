@@ -7,16 +7,13 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/clock.h"
 #include "llm/kv_eval_internal.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 
 namespace tandem::llm::kv_eval_detail {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Keeps the last `window` prompt query rows of every layer.
 class RecorderPolicy final : public KvPolicy {

@@ -166,11 +166,11 @@ int norm(RecModel::Impl& m, const std::string& name, int in_node) {
   return m.add(std::move(n));
 }
 
-int64_t top_input_width(const ModelConfig& c) {
+int64_t bst_top_input_width(const ModelConfig& c) {
   return c.dense_features + user_width(c) + (c.seq_len + 1) * c.item_dim();
 }
 
-void build(RecModel::Impl& m) {
+void build_bst(RecModel::Impl& m) {
   const ModelConfig& c = m.cfg;
   const int64_t di = c.item_dim(), T = c.seq_len + 1;
   std::vector<int> ins = user_front(m);
@@ -183,8 +183,8 @@ void build(RecModel::Impl& m) {
   const int f1 = mlp(m, "ffn", h1, di, {c.ffn_dim}, true, T);
   const int f2 = residual_linear(m, "ffn_out", "ffn.1", f1, h1, c.ffn_dim, di);
   ins.push_back(norm(m, "ln2", f2));
-  const int top_in = concat(m, "top_in", ins, top_input_width(c));
-  sigmoid_out(m, {mlp(m, "top", top_in, top_input_width(c), c.top_mlp, false, 1)});
+  const int top_in = concat(m, "top_in", ins, bst_top_input_width(c));
+  sigmoid_out(m, {mlp(m, "top", top_in, bst_top_input_width(c), c.top_mlp, false, 1)});
 }
 
 void weights(const ModelConfig& c, std::vector<WeightSpec>& out) {
@@ -201,7 +201,7 @@ void weights(const ModelConfig& c, std::vector<WeightSpec>& out) {
   add_mlp_weights(out, "ffn", di, {c.ffn_dim, di});
 }
 
-void read(const detail::JsonField& f, int64_t dim, ModelConfig& c) {
+void read_bst(const detail::JsonField& f, int64_t dim, ModelConfig& c) {
   read_sequence(f, dim, c);
   c.heads = bounded(f.at("heads"), 1024);
   c.ffn_dim = bounded(f.at("ffn_dim"), kMaxWidth);
@@ -216,19 +216,19 @@ std::shared_ptr<const Architecture> bst() {
   a->title = "BST";
   a->sequence = true;
   a->keys = {"item_tables", "seq_len", "heads", "ffn_dim"};
-  a->read = read;
+  a->read = read_bst;
   a->write = [](const ModelConfig& c, nlohmann::json& j) {
     write_sequence(c, j);
     j["heads"] = c.heads;
     j["ffn_dim"] = c.ffn_dim;
   };
-  a->top_input_width = top_input_width;
+  a->top_input_width = bst_top_input_width;
   a->weights = weights;
-  a->build = build;
+  a->build = build_bst;
   return a;
 }
 
-const Registration kRegistration(architectures(), "bst", bst());
+const Registration kBstRegistration(architectures(), "bst", bst());
 
 }  // namespace
 }  // namespace tandem::rec

@@ -141,11 +141,11 @@ std::vector<int64_t> attention_widths(const ModelConfig& c) {
   return w;
 }
 
-int64_t top_input_width(const ModelConfig& c) {
+int64_t din_top_input_width(const ModelConfig& c) {
   return c.dense_features + user_width(c) + 2 * c.item_dim();
 }
 
-void build(RecModel::Impl& m) {
+void build_din(RecModel::Impl& m) {
   const ModelConfig& c = m.cfg;
   const int64_t di = c.item_dim();
   std::vector<int> ins = user_front(m);
@@ -155,8 +155,8 @@ void build(RecModel::Impl& m) {
   const int score = mlp(m, "att", ain, 4 * di, attention_widths(c), false, c.seq_len);
   ins.push_back(attention_pool(m, score, snode));
   ins.push_back(cnode);
-  const int top_in = concat(m, "top_in", ins, top_input_width(c));
-  sigmoid_out(m, {mlp(m, "top", top_in, top_input_width(c), c.top_mlp, false, 1)});
+  const int top_in = concat(m, "top_in", ins, din_top_input_width(c));
+  sigmoid_out(m, {mlp(m, "top", top_in, din_top_input_width(c), c.top_mlp, false, 1)});
 }
 
 std::shared_ptr<const Architecture> din() {
@@ -173,15 +173,15 @@ std::shared_ptr<const Architecture> din() {
     write_sequence(c, j);
     j["attention_mlp"] = c.attention_mlp;
   };
-  a->top_input_width = top_input_width;
+  a->top_input_width = din_top_input_width;
   a->weights = [](const ModelConfig& c, std::vector<WeightSpec>& out) {
     add_mlp_weights(out, "att", 4 * c.item_dim(), attention_widths(c));
   };
-  a->build = build;
+  a->build = build_din;
   return a;
 }
 
-const Registration kRegistration(architectures(), "din", din());
+const Registration kDinRegistration(architectures(), "din", din());
 
 }  // namespace
 }  // namespace tandem::rec

@@ -68,7 +68,7 @@ int dot_interaction(RecModel::Impl& m, int x, const std::vector<int>& bags, int6
   return m.add(std::move(n));
 }
 
-int64_t top_input_width(const ModelConfig& c) {
+int64_t dlrm_top_input_width(const ModelConfig& c) {
   if (c.interaction == Interaction::kDot) {
     const int64_t nf = 1 + static_cast<int64_t>(c.tables.size());
     return bottom_width(c) + nf * (nf - 1) / 2;
@@ -76,7 +76,7 @@ int64_t top_input_width(const ModelConfig& c) {
   return bottom_width(c) + user_width(c);
 }
 
-void build(RecModel::Impl& m) {
+void build_dlrm(RecModel::Impl& m) {
   const ModelConfig& c = m.cfg;
   const int dense = dense_input(m);
   const std::vector<int> bags = embedding_bags(m);
@@ -87,13 +87,13 @@ void build(RecModel::Impl& m) {
   } else {
     std::vector<int> ins = {x};
     ins.insert(ins.end(), bags.begin(), bags.end());
-    top_in = concat(m, "interaction", ins, top_input_width(c));
+    top_in = concat(m, "interaction", ins, dlrm_top_input_width(c));
     m.nodes[top_in].kind = "interaction";
   }
-  sigmoid_out(m, {mlp(m, "top", top_in, top_input_width(c), c.top_mlp, false, 1)});
+  sigmoid_out(m, {mlp(m, "top", top_in, dlrm_top_input_width(c), c.top_mlp, false, 1)});
 }
 
-void read(const detail::JsonField& f, int64_t, ModelConfig& c) {
+void read_dlrm(const detail::JsonField& f, int64_t, ModelConfig& c) {
   if (f.has("interaction")) {
     const detail::JsonField in = f.at("interaction");
     const std::string s = in.string();
@@ -122,17 +122,17 @@ std::shared_ptr<const Architecture> dlrm() {
   a->kind = ModelKind::kDlrm;
   a->title = "DLRM";
   a->keys = {"interaction"};
-  a->read = read;
+  a->read = read_dlrm;
   a->write = [](const ModelConfig& c, nlohmann::json& j) {
     j["interaction"] = to_string(c.interaction);
   };
-  a->top_input_width = top_input_width;
+  a->top_input_width = dlrm_top_input_width;
   a->weights = [](const ModelConfig&, std::vector<WeightSpec>&) {};
-  a->build = build;
+  a->build = build_dlrm;
   return a;
 }
 
-const Registration kRegistration(architectures(), "dlrm", dlrm());
+const Registration kDlrmRegistration(architectures(), "dlrm", dlrm());
 
 }  // namespace
 }  // namespace tandem::rec

@@ -59,7 +59,7 @@ int wide_part(RecModel::Impl& m, int dense) {
   return m.add(std::move(n));
 }
 
-void build(RecModel::Impl& m) {
+void build_wnd(RecModel::Impl& m) {
   const ModelConfig& c = m.cfg;
   const int dense = dense_input(m);
   const std::vector<int> bags = embedding_bags(m);
@@ -86,11 +86,11 @@ std::shared_ptr<const Architecture> wnd() {
     out.push_back({"wide.dense.weight", Shape{1, c.dense_features}, s, 0.0f});
     out.push_back({"wide.dense.bias", Shape{1}, 0.1f, 0.0f});
   };
-  a->build = build;
+  a->build = build_wnd;
   return a;
 }
 
-const Registration kRegistration(architectures(), "wnd", wnd());
+const Registration kWndRegistration(architectures(), "wnd", wnd());
 
 }  // namespace
 }  // namespace tandem::rec

@@ -13,7 +13,7 @@ class IdentityStage : public Stage {
   Packet process(Packet in) override { return in; }
 };
 
-const StageKindRegistration kRegistration("sched.identity", [](const nlohmann::json& c) {
+const StageKindRegistration kIdentityRegistration("sched.identity", [](const nlohmann::json& c) {
   for (const auto& [k, v] : c.items())
     if (k != "kind") throw InvalidArgument("sched.identity: unknown config key \"" + k + "\"");
   return std::make_unique<IdentityStage>();

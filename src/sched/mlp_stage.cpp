@@ -112,7 +112,7 @@ class MlpStage : public Stage {
   std::map<uint64_t, State> state_;
 };
 
-const StageKindRegistration kRegistration("sched.mlp", [](const nlohmann::json& c) {
+const StageKindRegistration kMlpRegistration("sched.mlp", [](const nlohmann::json& c) {
   return std::make_unique<MlpStage>(c);
 });
 

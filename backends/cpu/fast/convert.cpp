@@ -19,7 +19,7 @@
 namespace tandem::cpu::fast {
 namespace {
 
-constexpr int64_t kGrain = 1 << 16;  // elements per work item (a multiple of 32)
+constexpr int64_t kConvertGrain = 1 << 16;  // elements per work item (a multiple of 32)
 
 bool is_weight_float(DType t) {
   return t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0 ||
@@ -35,7 +35,7 @@ void strided_copy(const Tensor& src, const Tensor& dst) {
   const bool dense_rows = dtype_is_blocked(t) || inner_stride == 1;
   const auto* sp = static_cast<const uint8_t*>(src.raw_data());
   auto* dp = static_cast<uint8_t*>(dst.raw_data());
-  const int64_t per = std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1));
+  const int64_t per = std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(inner, 1));
   const int threads = parallel_threads(rows * inner, 2 * rows * row_bytes, cpu_num_threads());
   parallel_for((rows + per - 1) / per, threads, [&](int64_t c, int) {
     for (int64_t row = c * per; row < std::min(rows, (c + 1) * per); ++row) {
@@ -82,14 +82,14 @@ void convert(const Tensor& src, const Tensor& dst) {
   const bool quantize = st == DType::kF32 && is_weight_float(dt);
   const bool dequantize = dt == DType::kF32 && is_weight_float(st);
   if ((quantize || dequantize) && src.is_contiguous()) {
-    // Chunks of kGrain elements start on block boundaries (kGrain is a multiple of 32 and rows of
-    // block types hold whole blocks).
+    // Chunks of kConvertGrain elements start on block boundaries (kConvertGrain is a multiple of 32
+    // and rows of block types hold whole blocks).
     const IsaKernels& k = isa();
     const DType packed = quantize ? dt : st;
     const auto* s = static_cast<const uint8_t*>(src.raw_data());
     auto* d = static_cast<uint8_t*>(dst.raw_data());
-    parallel_for((total + kGrain - 1) / kGrain, threads, [&](int64_t c, int) {
-      const int64_t e0 = c * kGrain, n = std::min(total, e0 + kGrain) - e0;
+    parallel_for((total + kConvertGrain - 1) / kConvertGrain, threads, [&](int64_t c, int) {
+      const int64_t e0 = c * kConvertGrain, n = std::min(total, e0 + kConvertGrain) - e0;
       const int64_t off = dtype_row_bytes(packed, e0);
       if (quantize) {
         k.quantize_row(dt, reinterpret_cast<const float*>(s) + e0, d + off, n);

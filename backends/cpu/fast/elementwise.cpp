@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fast row-wise and elementwise ops (softmax, RMSNorm, LayerNorm, RoPE, unary, binary, embedding):
-// the vector loops of the ISA table, spread over chunks of at least kGrain elements, on as many
-// threads as parallel_threads() allows for the whole tensor (small tensors stay on the calling
-// thread).
+// the vector loops of the ISA table, spread over chunks of at least kElementwiseGrain elements, on
+// as many threads as parallel_threads() allows for the whole tensor (small tensors stay on the
+// calling thread).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,7 +18,7 @@
 namespace tandem::cpu::fast {
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;  // elements per work item
+constexpr int64_t kElementwiseGrain = 1 << 15;  // elements per work item
 
 int64_t last_dim(const Tensor& t) { return t.rank() == 0 ? 1 : t.size(-1); }
 
@@ -30,7 +30,7 @@ int elementwise_threads(int64_t elems) {
 // Calls fn(row0, row1) over chunks of rows of n elements each.
 template <class F>
 void for_row_chunks(int64_t rows, int64_t n, F&& fn) {
-  const int64_t per = std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1));
+  const int64_t per = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1));
   const int64_t chunks = (rows + per - 1) / per;
   parallel_for(chunks, elementwise_threads(rows * n),
                [&](int64_t c, int) { fn(c * per, std::min(rows, (c + 1) * per)); });
@@ -39,9 +39,10 @@ void for_row_chunks(int64_t rows, int64_t n, F&& fn) {
 // Calls fn(i0, i1) over chunks of a flat range.
 template <class F>
 void for_chunks(int64_t total, F&& fn) {
-  const int64_t chunks = (total + kGrain - 1) / kGrain;
-  parallel_for(chunks, elementwise_threads(total),
-               [&](int64_t c, int) { fn(c * kGrain, std::min(total, (c + 1) * kGrain)); });
+  const int64_t chunks = (total + kElementwiseGrain - 1) / kElementwiseGrain;
+  parallel_for(chunks, elementwise_threads(total), [&](int64_t c, int) {
+    fn(c * kElementwiseGrain, std::min(total, (c + 1) * kElementwiseGrain));
+  });
 }
 
 }  // namespace
@@ -89,7 +90,7 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& y, const ops::RopePa
   for (int64_t i = 0; i < half; ++i)
     freq[i] = std::pow(static_cast<double>(p.theta), -2.0 * i / static_cast<double>(rd));
   const IsaKernels& k = isa();
-  const int64_t per = std::max<int64_t>(1, kGrain / std::max<int64_t>(h * d, 1));
+  const int64_t per = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(h * d, 1));
   const int64_t chunks = (t + per - 1) / per;
   const int threads = elementwise_threads(t * h * d);
   std::vector<std::vector<float>> tables(team_size(chunks, threads));

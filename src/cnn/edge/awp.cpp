@@ -9,13 +9,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "cnn/edge/inf.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cnn::edge {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 void check_slope(const std::string& name, double slope) {
   if (!(slope > 0) || !std::isfinite(slope))

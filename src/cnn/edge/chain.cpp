@@ -174,14 +174,14 @@ TileWork Chain::tile_work(int first, int last, const Region& out) const {
 namespace {
 
 // A half-open channel range; lo == hi: none.
-struct Channels {
+struct ChannelSpan {
   int64_t lo = 0, hi = 0;
   int64_t size() const { return std::max<int64_t>(0, hi - lo); }
 };
 
 int64_t channels_of(const Shape& s) { return s.rank() >= 2 ? s[1] : 1; }
 
-Channels unite(Channels a, Channels b) {
+ChannelSpan unite(ChannelSpan a, ChannelSpan b) {
   if (a.size() == 0) return b;
   if (b.size() == 0) return a;
   return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
@@ -189,9 +189,10 @@ Channels unite(Channels a, Channels b) {
 
 // The channels of input `k` of node `n` needed for output channels `o` (of its output 0, or per
 // output for a split).
-Channels input_channels(const Graph& g, const Node& n, size_t k, const std::vector<Channels>& o) {
+ChannelSpan input_channels(const Graph& g, const Node& n, size_t k,
+                           const std::vector<ChannelSpan>& o) {
   const Shape& xs = g.tensor(n.inputs[k]).shape;
-  const Channels all{0, channels_of(xs)};
+  const ChannelSpan all{0, channels_of(xs)};
   const Shape& ys = g.tensor(n.outputs[0]).shape;
   switch (n.op) {
     case OpKind::kConv: {
@@ -214,16 +215,16 @@ Channels input_channels(const Graph& g, const Node& n, size_t k, const std::vect
       if (n.axis != 1) return o[0];
       int64_t off = 0;
       for (size_t i = 0; i < k; ++i) off += channels_of(g.tensor(n.inputs[i]).shape);
-      const Channels r{std::max(o[0].lo, off) - off, std::min(o[0].hi, off + xs[1]) - off};
-      return r.size() > 0 ? r : Channels{};
+      const ChannelSpan r{std::max(o[0].lo, off) - off, std::min(o[0].hi, off + xs[1]) - off};
+      return r.size() > 0 ? r : ChannelSpan{};
     }
     case OpKind::kSplit: {
-      Channels r;
+      ChannelSpan r;
       int64_t off = 0;
       for (size_t i = 0; i < n.outputs.size(); ++i) {
         const int64_t c = channels_of(g.tensor(n.outputs[i]).shape);
         if (o[i].size() > 0)
-          r = unite(r, n.axis == 1 ? Channels{off + o[i].lo, off + o[i].hi} : o[i]);
+          r = unite(r, n.axis == 1 ? ChannelSpan{off + o[i].lo, off + o[i].hi} : o[i]);
         if (n.axis == 1) off += c;
       }
       return r;
@@ -233,7 +234,7 @@ Channels input_channels(const Graph& g, const Node& n, size_t k, const std::vect
   }
 }
 
-double fraction(const Shape& s, Channels c) {
+double fraction(const Shape& s, ChannelSpan c) {
   return static_cast<double>(c.size()) / static_cast<double>(channels_of(s));
 }
 
@@ -252,14 +253,14 @@ TileWork Chain::tile_work(int first, int last, const Region& out, int64_t c0, in
   const Region region = lp.out_shape.rank() == 4 ? out : full_region(lp.out_shape);
   const std::vector<int> nodes = segment_nodes(first, last);
   const std::vector<Region> need = required_regions(g, nodes, {{lp.out_tensor, region}});
-  // Channels needed of each tensor the last piece reads or writes (absent: all of them).
-  std::map<int, Channels> chan{{lp.out_tensor, {c0, c1}}};
+  // ChannelSpan needed of each tensor the last piece reads or writes (absent: all of them).
+  std::map<int, ChannelSpan> chan{{lp.out_tensor, {c0, c1}}};
   for (auto it = lp.nodes.rbegin(); it != lp.nodes.rend(); ++it) {
     const Node& n = g.node(*it);
-    std::vector<Channels> o;
-    for (int t : n.outputs) o.push_back(chan.count(t) ? chan[t] : Channels{});
+    std::vector<ChannelSpan> o;
+    for (int t : n.outputs) o.push_back(chan.count(t) ? chan[t] : ChannelSpan{});
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      Channels& c = chan[n.inputs[k]];
+      ChannelSpan& c = chan[n.inputs[k]];
       c = unite(c, input_channels(g, n, k, o));
     }
   }

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <utility>
 
+#include "cnn/edge/inf.h"
 #include "cnn/edge/pico_dp.h"
 #include "cnn/edge/split.h"
 #include "cnn/edge/zones.h"
@@ -17,8 +18,6 @@
 namespace tandem::cnn::edge {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::vector<int> first_devices(int n) {
   std::vector<int> d(static_cast<size_t>(n));

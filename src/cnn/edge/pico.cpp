@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "cnn/edge/inf.h"
 #include "cnn/edge/pico_dp.h"
 #include "cnn/edge/split.h"
 #include "tandem/cnn/edge/planners.h"
@@ -16,8 +17,6 @@
 namespace tandem::cnn::edge {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 DeviceProfile homogenised(double capacity_flops) {
   DeviceProfile d;

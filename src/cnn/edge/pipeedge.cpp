@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "cnn/edge/inf.h"
 #include "cnn/edge/split.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/core/error.h"
@@ -11,8 +12,6 @@
 namespace tandem::cnn::edge {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // T(S) of pieces i..j whole on device d; +∞ when d cannot hold the weights and working set.
 double whole_s(const EdgeProblem& pb, int i, int j, int d) {

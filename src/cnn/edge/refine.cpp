@@ -5,13 +5,12 @@
 #include <limits>
 #include <map>
 
+#include "cnn/edge/inf.h"
 #include "cnn/edge/split.h"
 
 namespace tandem::cnn::edge::detail {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Search {
   const EdgeProblem& pb;

@@ -12,7 +12,7 @@
 namespace tandem::cnn::edge {
 namespace {
 
-using detail::JsonField;
+using tandem::detail::JsonField;
 
 PlanOptions read_options(const nlohmann::json& j) {
   const JsonField o(j, "planner options", "");

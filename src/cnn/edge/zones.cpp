@@ -9,14 +9,13 @@
 #include <limits>
 #include <numeric>
 
+#include "cnn/edge/inf.h"
 #include "tandem/cnn/edge/awp.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cnn::edge::detail {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Slope and intercept of a line through (x0, t0) and (1, t1); the intercept is clamped at 0.
 std::pair<double, double> line(double x0, double t0, double t1) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "../sha256.h"
+#include "core/clock.h"
 #include "core/json_reader.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
@@ -22,10 +23,6 @@ ParseError parse_error(const std::string& message) {
   const size_t colon = message.find(": ");
   if (colon == std::string::npos) return ParseError(message, -1, "malformed");
   return ParseError(message.substr(0, colon), -1, message.substr(colon + 2));
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 Tensor random_hidden(int64_t t, int64_t d, uint64_t seed) {
@@ -256,9 +253,9 @@ ModelProfile profile_model(const Model& model, const std::string& path,
       }
       const Tensor x = random_hidden(s, c.d_model, 11 + r);
       const auto pos = range_positions(ctx, s);
-      const double t0 = now_s();
+      const double t0 = monotonic_s();
       model.forward_layers(x, pos, cache, l, l + 1, layer_only);
-      best = std::min(best, now_s() - t0);
+      best = std::min(best, monotonic_s() - t0);
     }
     return best;
   };
@@ -315,9 +312,9 @@ ModelProfile profile_model(const Model& model, const std::string& path,
     const Tensor x = random_hidden(1, c.d_model, 3);
     double best = 1e300;
     for (int r = 0; r < options.repeats + 1; ++r) {
-      const double t0 = now_s();
+      const double t0 = monotonic_s();
       model.forward_layers(x, pos, cache, l, l, head);
-      best = std::min(best, now_s() - t0);
+      best = std::min(best, monotonic_s() - t0);
     }
     p.head_row_s = best;
   }

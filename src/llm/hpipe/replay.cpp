@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 
+#include "core/clock.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/hpipe_replay.h"
@@ -12,13 +13,6 @@
 #include "tandem/sched/stage.h"
 
 namespace tandem::llm::hpipe {
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 nlohmann::json ReplayResult::to_json() const {
   return {{"measured_latency_s", measured.makespan_s},
@@ -61,7 +55,7 @@ ReplayResult replay_plan(const sched::PipelinePlan& plan, const ClusterSpec& clu
   } restore{saved};
 
   ReplayResult r;
-  const double wall0 = now_s();
+  const double wall0 = monotonic_s();
   const size_t n_slices = plan.slices.size();
   // per_request[i][j]: seconds of slice i on stage j for one request (least over measured ones).
   std::vector<std::vector<double>> per_request(
@@ -89,7 +83,7 @@ ReplayResult replay_plan(const sched::PipelinePlan& plan, const ClusterSpec& clu
     }
     for (auto& s : stages) s->reset(static_cast<uint64_t>(req));
   }
-  r.wall_s = now_s() - wall0;
+  r.wall_s = monotonic_s() - wall0;
 
   sched::PipelineSimInput pred = predicted_sim_input(plan, profile, cluster);
   sched::PipelineSimInput meas = pred;

@@ -59,7 +59,7 @@ class AdaKvPolicy final : public WindowEvictionPolicy {
   double alpha_;
 };
 
-KvPolicyRegistration registration(
+KvPolicyRegistration adakv_registration(
     "adakv", "SnapKV scores, one top-k over a layer's heads with a per-head safeguard (alpha=0.2)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<AdaKvPolicy>(o, s);

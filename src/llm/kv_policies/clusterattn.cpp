@@ -70,7 +70,7 @@ class ClusterAttnPolicy final : public WindowEvictionPolicy {
   ClusterAttnParams params_;
 };
 
-KvPolicyRegistration registration(
+KvPolicyRegistration clusterattn_registration(
     "clusterattn",
     "window-attention votes, DBAC density clusters kept whole by mass up to the layer budget, "
     "window appended (calibration file or extra pool/eps/rho/min_len)",

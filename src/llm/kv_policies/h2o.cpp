@@ -99,7 +99,7 @@ class H2oPolicy final : public WindowEvictionPolicy {
   int64_t budget_ = 0;
 };
 
-KvPolicyRegistration registration(
+KvPolicyRegistration h2o_registration(
     "h2o", "heavy hitters by accumulated attention + recent tokens (extra recent_ratio=0.5)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<H2oPolicy>(o, s);

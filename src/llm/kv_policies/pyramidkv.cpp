@@ -41,7 +41,7 @@ class PyramidKvPolicy final : public WindowEvictionPolicy {
   double beta_;
 };
 
-KvPolicyRegistration registration(
+KvPolicyRegistration pyramidkv_registration(
     "pyramidkv", "SnapKV scores, per-layer budgets falling linearly with depth (extra beta=20)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<PyramidKvPolicy>(o, s);

@@ -36,10 +36,12 @@ class RandomPolicy final : public WindowEvictionPolicy {
   std::mt19937_64 rng_;
 };
 
-KvPolicyRegistration registration("random", "uniformly random prefix tokens (seeded) + window",
-                                  [](const KvPolicyOptions& o, const KvCacheShape& s) {
-                                    return std::make_shared<RandomPolicy>(o, s);
-                                  });
+KvPolicyRegistration random_policy_registration("random",
+                                                "uniformly random prefix tokens (seeded) + window",
+                                                [](const KvPolicyOptions& o,
+                                                   const KvCacheShape& s) {
+                                                  return std::make_shared<RandomPolicy>(o, s);
+                                                });
 
 }  // namespace
 }  // namespace tandem::llm

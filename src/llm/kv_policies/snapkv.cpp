@@ -30,7 +30,7 @@ class SnapKvPolicy final : public WindowEvictionPolicy {
   bool max_pool_;
 };
 
-KvPolicyRegistration registration(
+KvPolicyRegistration snapkv_registration(
     "snapkv", "window attention, pooled (extra pool=5, max_pool=0), top-k per head + window",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<SnapKvPolicy>(o, s);

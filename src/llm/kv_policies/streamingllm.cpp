@@ -49,7 +49,7 @@ class StreamingLlmPolicy final : public KvPolicy {
   int64_t budget_ = 0;  // resolved when the prefill ends
 };
 
-KvPolicyRegistration registration(
+KvPolicyRegistration streamingllm_registration(
     "streamingllm", "attention sinks (extra sinks=4) + the most recent tokens, rolling in decode",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<StreamingLlmPolicy>(o, s);
