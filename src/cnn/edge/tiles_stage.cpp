@@ -26,7 +26,7 @@
 #include <memory>
 #include <mutex>
 
-#include "tandem/cnn/edge/chain.h"
+#include "cnn/edge/graph_cache.h"
 #include "tandem/cnn/executor.h"
 #include "tandem/cnn/region.h"
 #include "tandem/core/error.h"
@@ -53,13 +53,11 @@ std::string str(const nlohmann::json& c, const char* key) {
 std::shared_ptr<const Segment> segment_of(const nlohmann::json& c) {
   const std::string model = str(c, "model"), from = str(c, "from"), to = str(c, "to");
   static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const Graph>> graphs;
   static std::map<std::string, std::shared_ptr<const Segment>> segments;
   std::lock_guard lock(mutex);
   auto& seg = segments[model + '\n' + from + '\n' + to];
   if (seg) return seg;
-  auto& g = graphs[model];
-  if (!g) g = std::make_shared<const Graph>(load_edge_graph(model));
+  const std::shared_ptr<const Graph> g = detail::cached_edge_graph(model);
   auto s = std::make_shared<Segment>();
   s->graph = g;
   s->from = g->find_tensor(from);

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// Edge/cloud splits on the pipeline runtime (issue 19; offload.h, the cnn.split stage kind): for
+// AlexNet, InceptionV3, ResNet-50 and MobileNetV2, cloud-only, two prefix splits, edge-only and a
+// DECC-shaped split (the first branching block's branches cut after their first node, the edge
+// computing them in reverse order, one upload each, and the block input for the rest) run as two cnn.split stages through
+// sched::Pipeline (direct and over inproc://) and equal the single-device run bit for bit (the same
+// kernels run on both sides, Winograd off as in every edge stage). Bad splits and step lists are
+// refused naming the node, tensor or step. Models come from scripts/cnn/gen_models.py (skipped with
+// the command when absent).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "cnn_test_util.h"
+#include "tandem/cnn/edge/chain.h"
+#include "tandem/cnn/edge/offload.h"
+#include "tandem/cnn/executor.h"
+#include "tandem/sched/pipeline.h"
+
+namespace tandem::cnn::edge {
+namespace {
+
+ClusterSpec edge_and_cloud() {
+  nlohmann::json j = {{"devices", nlohmann::json::array()},
+                      {"links",
+                       {{{"from", "edge"},
+                         {"to", "cloud"},
+                         {"bandwidth_bytes_per_s", 1.25e8},
+                         {"latency_s", 1e-4}}}}};
+  for (const char* name : {"edge", "cloud"})
+    j["devices"].push_back({{"name", name},
+                            {"kind", "cpu"},
+                            {"peak_flops", 2e10},
+                            {"mem_bandwidth_bytes_per_s", 1e10},
+                            {"mem_bytes", 4e9}});
+  return ClusterSpec::from_json(j);
+}
+
+// The first piece whose input feeds several nodes (an inception or residual block): the nodes of
+// the pieces before it, then the first node of each of its branches that reads only that input
+// (a residual add fused into the block's last conv stays in the cloud), last branch first.
+std::vector<int> branch_split(const Graph& g) {
+  const Chain chain = linearise(g);
+  std::vector<int> edge;
+  for (int i = 0; i < chain.size(); ++i) {
+    const std::vector<int>& branches = g.tensor(chain.piece(i).in_tensor).consumers;
+    if (branches.size() >= 2) {
+      for (auto b = branches.rbegin(); b != branches.rend(); ++b)
+        if (g.node(*b).inputs == std::vector<int>{chain.piece(i).in_tensor}) edge.push_back(*b);
+      return edge;
+    }
+    edge.insert(edge.end(), chain.piece(i).nodes.begin(), chain.piece(i).nodes.end());
+  }
+  return {};
+}
+
+std::vector<Tensor> run_split(const sched::PipelinePlan& plan, const Tensor& image) {
+  std::vector<Tensor> outs;
+  for (bool direct : {true, false}) {
+    sched::PipelineOptions o;
+    o.direct_local = direct;
+    o.emulate_devices = o.emulate_links = false;
+    sched::Pipeline pipe(sched::PipelinePlan::from_json(plan.to_json()), edge_and_cloud(), {}, o);
+    std::vector<sched::Request> reqs;
+    for (uint64_t id = 0; id < 2; ++id) reqs.push_back(offload_request(plan, id, image));
+    const sched::RunReport r = pipe.run(std::move(reqs));
+    for (const auto& [id, out] : r.outputs) outs.push_back(out.back().tensors.at(0));
+  }
+  return outs;
+}
+
+class Offload : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Offload, SplitsEqualOneDevice) {
+  const std::string name = GetParam();
+  const std::filesystem::path model = testing::models_dir() / (name + ".onnx");
+  if (!std::filesystem::exists(model))
+    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
+                 << testing::models_dir() << " --models " << name;
+  const Graph g = load_edge_graph(model.string());
+  const Tensor image = testing::random_tensor(g.tensor(g.inputs()[0]).shape, 11);
+  const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
+  const int n = static_cast<int>(g.nodes().size());
+  auto prefix = [](int k) {
+    std::vector<int> v(static_cast<size_t>(k));
+    for (int i = 0; i < k; ++i) v[static_cast<size_t>(i)] = i;
+    return v;
+  };
+  const std::vector<int> branchy = branch_split(g);
+  for (const auto& [label, edge] :
+       std::vector<std::pair<std::string, std::vector<int>>>{{"cloud-only", {}},
+                                                             {"a third", prefix(n / 3)},
+                                                             {"half", prefix(n / 2)},
+                                                             {"edge-only", prefix(n)},
+                                                             {"branches", branchy}}) {
+    if (label == "branches" && edge.empty()) continue;
+    SCOPED_TRACE(name + ", " + label);
+    const sched::PipelinePlan plan =
+        offload_pipeline_plan(g, edge, model.string(), "edge", "cloud", label);
+    const size_t uploads = plan.extra["offload"]["uploads"].size();
+    if (label == "edge-only") EXPECT_EQ(plan.stages.size(), 1u);
+    if (label == "branches") EXPECT_GE(uploads, 2u) << "one upload per branch";
+    for (const Tensor& got : run_split(plan, image)) {
+      ASSERT_EQ(got.shape(), want.shape());
+      EXPECT_EQ(0,
+                std::memcmp(got.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue19, Offload,
+                         ::testing::Values("alexnet", "inception_v3", "resnet50", "mobilenet_v2"));
+
+TEST(Offload, BadSplitsAreNamed) {
+  const std::filesystem::path model = testing::models_dir() / "resnet18.onnx";
+  if (!std::filesystem::exists(model))
+    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
+                 << testing::models_dir() << " --models resnet18";
+  const Graph g = load_edge_graph(model.string());
+  auto refused = [&](const std::vector<int>& edge, const std::string& needle) {
+    try {
+      offload_steps(g, edge);
+      ADD_FAILURE() << "accepted; expected an error naming " << needle;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused({1}, g.node(0).name);  // reads node 0's output, not on the edge
+  refused({0, 0}, "twice");      // a node twice
+  refused({0, 99999}, "99999");  // not in the graph
+  // A step list naming what does not exist, or reading what has not arrived, is refused when
+  // the stage is built.
+  nlohmann::json c{{"kind", "cnn.split"}, {"model", model.string()}};
+  c["steps"] = {{{"recv", {g.tensor(g.inputs()[0]).name}}, {"nodes", {"no-such-node"}}}};
+  EXPECT_THROW(sched::make_stage(c), InvalidArgument);
+  c["steps"] = {{{"recv", nlohmann::json::array()}, {"nodes", {g.node(0).name}}}};
+  EXPECT_THROW(sched::make_stage(c), InvalidArgument);
+  c["steps"] = {{{"recv", {g.tensor(g.inputs()[0]).name}}, {"send", {"no-such-tensor"}}}};
+  EXPECT_THROW(sched::make_stage(c), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem::cnn::edge
