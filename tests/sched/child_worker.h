@@ -30,22 +30,28 @@ namespace tandem::sched::test {
 // One `tandem worker` child process; ended by pid (SIGKILL) on destruction.
 class ChildWorker {
  public:
+  // `prefix`: a command the worker runs under (e.g. {"ip", "netns", "exec", ns}: it must exec the
+  // worker, so the pid stays the worker's), found on PATH; `listen`: the worker's --listen.
   ChildWorker(const std::filesystem::path& dir, const std::string& name,
-              const std::string& key_path) {
+              const std::string& key_path, std::vector<std::string> prefix = {},
+              const std::string& listen = "tcp://127.0.0.1:0") {
     ep_file_ = (dir / (name + ".ep")).string();
     log_file_ = (dir / (name + ".log")).string();
-    std::vector<std::string> args = {
-        TANDEM_CLI_PATH, "worker",          "--listen", "tcp://127.0.0.1:0", "--key",
-        key_path,        "--endpoint-file", ep_file_,   "--threads",         "1"};
+    std::vector<std::string> args = std::move(prefix);
+    for (std::string a :
+         {std::string(TANDEM_CLI_PATH), std::string("worker"), std::string("--listen"), listen,
+          std::string("--key"), key_path, std::string("--endpoint-file"), ep_file_,
+          std::string("--threads"), std::string("1")})
+      args.push_back(std::move(a));
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 2, log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, TANDEM_CLI_PATH, &fa, nullptr, argv.data(), environ);
+    const int rc = posix_spawnp(&pid_, args[0].c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw IoError("cannot spawn " + std::string(TANDEM_CLI_PATH));
+    if (rc != 0) throw IoError("cannot spawn " + args[0]);
   }
   ~ChildWorker() { kill_now(); }
 
