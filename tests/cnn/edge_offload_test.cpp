@@ -9,6 +9,9 @@
 // scripts/cnn/gen_models.py (skipped with the command when absent).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -204,6 +207,51 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
   EXPECT_GE(static_cast<double>(link.sent_bytes() - sent0), 3 * upload_bytes)
       << "the uploads did not go through the shaped uplink";
   run(3, 3, [&] { link.set_rate(10); });  // the rate drops mid-stream
+}
+
+// A cloud worker that dies mid-stream (SIGKILL after the first delivered frame): the heartbeats
+// find it, offload_fallback turns the plan into an edge-only one with the same steps, the frames in
+// flight are run again on the edge; all 8 are delivered once, each equal to the single-device run.
+TEST(Offload, LostCloudFallsBackToTheEdgeAlone) {
+  if (!sched::zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
+  if (std::string(TANDEM_CLI_PATH).empty() || !std::filesystem::exists(TANDEM_CLI_PATH))
+    GTEST_SKIP() << "no tandem binary at '" << TANDEM_CLI_PATH << "'";
+  const std::filesystem::path model = testing::models_dir() / "mobilenet_v2.onnx";
+  if (!std::filesystem::exists(model))
+    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
+                 << testing::models_dir() << " --models mobilenet_v2";
+  const Graph g = load_edge_graph(model.string());
+  const std::vector<int> edge = branch_split(g);
+  ASSERT_FALSE(edge.empty());
+  const sched::PipelinePlan plan =
+      offload_pipeline_plan(g, edge, model.string(), "edge", "cloud", "branches");
+  ASSERT_GE(plan.extra["offload"]["steps"].get<int>(), 2);
+  const Tensor image = testing::random_tensor(g.tensor(g.inputs()[0]).shape, 17);
+  const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
+  fixtures::TempDir dir("offload-fault");
+  const sched::ClusterKey key = sched::ClusterKey::generate();
+  const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
+  key.save(key_path);
+  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path);
+  sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 120);
+  o.emulate_devices = o.emulate_links = false;
+  o.replan_plan = offload_fallback(g, model.string(), "edge");
+  sched::Pipeline pipe(plan, edge_and_cloud(), {{"cloud", cloud.endpoint()}}, o);
+  std::vector<sched::Request> reqs;
+  for (uint64_t id = 0; id < 8; ++id) reqs.push_back(offload_request(plan, id, image));
+  std::map<uint64_t, int> delivered;
+  const sched::RunReport r = pipe.run(std::move(reqs), [&](uint64_t id,
+                                                           const std::vector<sched::Packet>& out) {
+    if (delivered.empty()) cloud.signal(SIGKILL);
+    ++delivered[id];
+    const Tensor got = out.back().tensors.at(0).contiguous();
+    EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())))
+        << "frame " << id;
+  });
+  EXPECT_EQ(r.replans, 1);
+  ASSERT_EQ(delivered.size(), 8u);
+  for (const auto& [id, n] : delivered) EXPECT_EQ(n, 1) << "frame " << id << " delivered twice";
+  EXPECT_EQ(std::count(r.final_devices.begin(), r.final_devices.end(), "cloud"), 0);
 }
 
 }  // namespace

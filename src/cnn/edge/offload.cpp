@@ -136,6 +136,43 @@ sched::PipelinePlan offload_pipeline_plan(const Graph& g, const std::vector<int>
   return plan;
 }
 
+sched::PipelinePlan edge_only_pipeline_plan(const Graph& g, const std::string& model,
+                                            const std::string& edge_device, size_t steps) {
+  if (steps < 1) throw InvalidArgument("edge_only_pipeline_plan: at least one step");
+  std::vector<int> all(g.nodes().size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  nlohmann::json edge = offload_steps(g, all).edge;  // one step: every node, the output sent
+  const nlohmann::json output = edge[0]["send"];
+  edge[0]["send"] = nlohmann::json::array();
+  for (size_t k = 1; k < steps; ++k)
+    edge.push_back({{"recv", nlohmann::json::array()},
+                    {"nodes", nlohmann::json::array()},
+                    {"send", nlohmann::json::array()}});
+  edge.back()["send"] = output;
+  sched::PipelinePlan plan;
+  plan.system = "edge-only";
+  plan.predicted.unit = "frames";
+  plan.stages.emplace_back(
+      edge_device, nlohmann::json{{"kind", "cnn.split"}, {"model", model}, {"steps", edge}});
+  plan.extra["offload"] = {{"uploads", nlohmann::json::array()}, {"steps", steps}};
+  return plan;
+}
+
+sched::PlanReplanFn offload_fallback(const Graph& g, const std::string& model,
+                                     const std::string& edge_device) {
+  return [&g, model, edge_device](const sched::PipelinePlan& current,
+                                  const std::vector<std::string>& failed,
+                                  const std::vector<std::string>&) {
+    if (std::find(failed.begin(), failed.end(), edge_device) != failed.end())
+      throw Infeasible(cat("offload: the edge device '", edge_device,
+                           "' is lost; it holds the frames and cannot fall back"));
+    const size_t steps = current.stages.at(0).stage.at("steps").size();
+    sched::PipelinePlan plan = edge_only_pipeline_plan(g, model, edge_device, steps);
+    plan.system = current.system + " -> edge-only";
+    return plan;
+  };
+}
+
 sched::Request offload_request(const sched::PipelinePlan& plan, uint64_t id, const Tensor& image) {
   if (plan.stages.empty() || !plan.stages[0].stage.contains("steps"))
     throw InvalidArgument("offload_request: the plan has no cnn.split stage");

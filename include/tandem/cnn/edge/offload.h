@@ -48,6 +48,19 @@ TANDEM_API sched::PipelinePlan offload_pipeline_plan(
     const Graph& g, const std::vector<int>& edge_nodes, const std::string& model,
     const std::string& edge_device, const std::string& cloud_device, const std::string& system);
 
+// The edge-only plan with `steps` steps (the whole model in the first, the output sent in the
+// last), so requests made for an offload plan of that many steps run on it unchanged.
+TANDEM_API sched::PipelinePlan edge_only_pipeline_plan(const Graph& g, const std::string& model,
+                                                       const std::string& edge_device,
+                                                       size_t steps);
+
+// A sched::PlanReplanFn (PipelineOptions::replan_plan) for an offload plan: when the cloud is lost
+// mid-stream, the frames in flight and every later one run on the edge alone
+// (edge_only_pipeline_plan with the current plan's step count), none lost or delivered twice.
+// Losing the edge (which holds the frames) throws Infeasible. `g` must outlive the function.
+TANDEM_API sched::PlanReplanFn offload_fallback(const Graph& g, const std::string& model,
+                                                const std::string& edge_device);
+
 // A request for such a plan: one packet per step, `image` in the first.
 TANDEM_API sched::Request offload_request(const sched::PipelinePlan& plan, uint64_t id,
                                           const Tensor& image);
