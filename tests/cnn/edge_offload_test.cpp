@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -23,6 +24,7 @@
 #include "tandem/cnn/executor.h"
 #include "tandem/sched/client.h"
 #include "tandem/sched/pipeline.h"
+#include "tandem/sched/probe.h"
 
 namespace tandem::cnn::edge {
 namespace {
@@ -184,6 +186,10 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
   const std::map<std::string, std::string> workers{{"cloud", cloud.endpoint()}};
   sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 120);
   o.emulate_devices = o.emulate_links = false;  // the kernel shapes the link
+  // The probe (sched/probe.h) over the same link: the uplink's bandwidth at 50 Mbit/s, then at 10.
+  const sched::LinkEstimate fast = sched::probe_link("cloud", edge_and_cloud(), workers, o);
+  EXPECT_GT(fast.bandwidth_bytes_per_s, 0);
+  EXPECT_GT(fast.rtt_s, 0);
   const long long sent0 = link.sent_bytes();
   auto run = [&](uint64_t first, int frames, const std::function<void()>& after_first) {
     sched::Pipeline pipe(plan, edge_and_cloud(), workers, o);
@@ -207,6 +213,15 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
   EXPECT_GE(static_cast<double>(link.sent_bytes() - sent0), 3 * upload_bytes)
       << "the uploads did not go through the shaped uplink";
   run(3, 3, [&] { link.set_rate(10); });  // the rate drops mid-stream
+  const sched::LinkEstimate slow = sched::probe_link("cloud", edge_and_cloud(), workers, o);
+  std::printf("probe: %.1f Mbit/s (rtt %.2f ms) at 50, %.1f Mbit/s (rtt %.2f ms) at 10\n",
+              fast.bandwidth_bytes_per_s * 8e-6, fast.rtt_s * 1e3,
+              slow.bandwidth_bytes_per_s * 8e-6, slow.rtt_s * 1e3);
+  sched::LinkTracker tracker;
+  tracker.add(slow.bandwidth_bytes_per_s);
+  EXPECT_TRUE(tracker.moved_from(fast.bandwidth_bytes_per_s))
+      << "50 -> 10 Mbit/s: probed " << fast.bandwidth_bytes_per_s * 8e-6 << " then "
+      << slow.bandwidth_bytes_per_s * 8e-6 << " Mbit/s";
 }
 
 // A cloud worker that dies mid-stream (SIGKILL after the first delivered frame): the heartbeats

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <set>
 #include <thread>
 
 #include "sched_test_util.h"
+#include "tandem/sched/probe.h"
 #include "tandem/sched/queue.h"
 
 namespace tandem::sched {
@@ -419,6 +421,28 @@ TEST(SchedQueue, TimesOutWhenFullAndWakesOnClose) {
   t.join();
   EXPECT_EQ(q.pop(0.01), 1);
   EXPECT_EQ(q.pop(0.01), std::nullopt);
+}
+
+// LinkTracker (probe.h): the first sample is the estimate, later ones move it by alpha; a move of
+// more than the threshold from the planned bandwidth counts, one within it does not; bad
+// parameters and samples are refused.
+TEST(SchedLinkTracker, SmoothsAndFlagsMovesPastTheThreshold) {
+  LinkTracker t(0.5, 0.2);
+  EXPECT_TRUE(t.empty());
+  EXPECT_FALSE(t.moved_from(1e6));
+  t.add(1e6);
+  EXPECT_DOUBLE_EQ(t.bandwidth(), 1e6);
+  EXPECT_FALSE(t.moved_from(1e6));
+  t.add(0.5e6);  // 0.75e6: 25% below the plan's bandwidth
+  EXPECT_DOUBLE_EQ(t.bandwidth(), 0.75e6);
+  EXPECT_TRUE(t.moved_from(1e6));
+  EXPECT_FALSE(t.moved_from(0.8e6));  // 6% from that plan's
+  EXPECT_THROW(t.add(0), InvalidArgument);
+  EXPECT_THROW(t.add(std::numeric_limits<double>::infinity()), InvalidArgument);
+  EXPECT_THROW(LinkTracker(0, 0.2), InvalidArgument);
+  EXPECT_THROW(LinkTracker(0.5, 0), InvalidArgument);
+  PipelineOptions o;
+  EXPECT_THROW(probe_link("nowhere", ClusterSpec{}, {}, o), InvalidArgument);
 }
 
 }  // namespace
