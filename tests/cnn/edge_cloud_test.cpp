@@ -13,6 +13,7 @@
 
 #include "cnn_test_util.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
+#include "tandem/core/cost_model.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cnn::edge {
@@ -25,6 +26,7 @@ DeviceProfile device(const std::string& name, double flops) {
   d.name = name;
   d.peak_flops = flops;
   d.mem_bytes = 1e9;
+  d.mem_bandwidth_bytes_per_s = flops / 4;
   return d;
 }
 
@@ -292,6 +294,27 @@ TEST(EdgeCloud, EdgeOnlyAndCloudOnly) {
               1e-12);
   EXPECT_NEAR(pb.upload_s(pb.input), 0.01 + 8 * 6 * 6 * 4 / 1e5, 1e-12);
   EXPECT_NEAR(pb.edge_s[0] / pb.cloud_s[0], 4.0, 1e-12);  // one cost model, two devices
+}
+
+// The per-op model (each node through the core roofline) prices the nodes as well as the analytic
+// one: a conv costs more on the slower device, a concat costs its bytes, and every planner's plan
+// is evaluated like the simulation says.
+TEST(EdgeCloud, PerOpCostModelPricesNodesToo) {
+  std::mt19937 rng(13);
+  const Graph g = branch_set(4, rng);
+  const RooflineCostModel roofline;
+  const PerOpCostModel cost(g, roofline);
+  const EdgeCloudProblem pb = make_edge_cloud_problem(g, two_devices(1e9, 4e9, 1e5, 0.01), cost);
+  for (int v = 0; v < pb.nodes(); ++v) {
+    EXPECT_GT(pb.edge_s[static_cast<size_t>(v)], 0) << g.node(v).name;
+    EXPECT_NEAR(pb.edge_s[static_cast<size_t>(v)], 4 * pb.cloud_s[static_cast<size_t>(v)],
+                1e-12 * pb.edge_s[static_cast<size_t>(v)])
+        << g.node(v).name;
+  }
+  for (const std::string& s : edge_cloud_system_names()) {
+    const EdgeCloudPlan p = plan_edge_cloud(s, pb);
+    EXPECT_NEAR(simulate_schedule(p, pb).makespan_s, p.metrics.makespan_s, 1e-12) << s;
+  }
 }
 
 TEST(EdgeCloud, BadInput) {
