@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tandem edge split` (edge_split.h). Every delay is predicted by the edge cost model (analytic,
-// PICO eq. 5 with the cluster file's peak_flops) and the link model L + bytes/B.
+// PICO eq. 5 with the cluster file's peak_flops, or each node through the core roofline) and the
+// link model L + bytes/B.
 #include "edge_split.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "commands.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
 #include "tandem/cnn/onnx_import.h"
+#include "tandem/core/cost_model.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cli {
@@ -26,6 +28,7 @@ struct SplitOptions {
   std::vector<double> sweep;  // bandwidths, Mbit/s
   std::string output = "md";
   std::string json_path, md_path;
+  std::string cost = "analytic";
 };
 
 // Every system's plan at one bandwidth, and the best baseline's delay.
@@ -117,7 +120,13 @@ void write(const std::string& path, const std::string& text) {
 int run_split(const SplitOptions& o) {
   const ClusterSpec cluster = ClusterSpec::from_json_file(o.cluster);
   const cnn::Graph g = cnn::import_onnx(o.model);
-  const cnn::edge::AnalyticCostModel cost;
+  const RooflineCostModel roofline;
+  std::unique_ptr<cnn::edge::EdgeCostModel> model;
+  if (o.cost == "analytic")
+    model = std::make_unique<cnn::edge::AnalyticCostModel>();
+  else
+    model = std::make_unique<cnn::edge::PerOpCostModel>(g, roofline);
+  const cnn::edge::EdgeCostModel& cost = *model;
   const nlohmann::json head = {{"model", o.model},
                                {"cluster", o.cluster},
                                {"cost_model", cost.name()},
@@ -194,6 +203,12 @@ CLI::App* add_edge_split(CLI::App* edge, std::function<int()>& run) {
                   "system's predicted delay at each, with DECC over the best baseline")
       ->delimiter(',')
       ->check(number_in(1e-3, 1e9));
+  sub->add_option("--cost", o->cost,
+                  "Cost model: analytic (PICO eq. 5: FLOPs / the device's peak_flops) or roofline "
+                  "(each node through the core roofline: FLOPs and bytes against peak_flops and "
+                  "mem_bandwidth_bytes_per_s)")
+      ->check(CLI::IsMember({"analytic", "roofline"}))
+      ->capture_default_str();
   sub->add_option("-o,--output", o->output, "md or json (stdout)")
       ->check(CLI::IsMember({"md", "json"}))
       ->capture_default_str();
