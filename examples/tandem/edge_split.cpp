@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "commands.h"
+#include "tandem/cnn/edge/chain.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
-#include "tandem/cnn/onnx_import.h"
 #include "tandem/core/cost_model.h"
 #include "tandem/core/error.h"
 
@@ -119,7 +119,7 @@ void write(const std::string& path, const std::string& text) {
 
 int run_split(const SplitOptions& o) {
   const ClusterSpec cluster = ClusterSpec::from_json_file(o.cluster);
-  const cnn::Graph g = cnn::import_onnx(o.model);
+  const cnn::Graph g = cnn::edge::load_edge_graph(o.model);  // a virtual sink when several outputs
   const RooflineCostModel roofline;
   std::unique_ptr<cnn::edge::EdgeCostModel> model;
   if (o.cost == "analytic")
@@ -186,7 +186,8 @@ CLI::App* add_edge_split(CLI::App* edge, std::function<int()>& run) {
                   "(e.g. configs/clusters/edge-cloud.json)")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("-m,--model", o->model, "ONNX CNN with one input and one output")
+  sub->add_option("-m,--model", o->model,
+                  "ONNX CNN with one input (several outputs are joined by a virtual sink)")
       ->required()
       ->check(CLI::ExistingFile);
   std::vector<std::string> systems = cnn::edge::edge_cloud_system_names();

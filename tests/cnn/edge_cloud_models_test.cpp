@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The edge-cloud planners on the generated models and configs/clusters/edge-cloud.json across the
-// bandwidth sweep: DECC's predicted delay is at most every baseline's, every plan's evaluator
-// agrees with the discrete-event simulation, DSL's cut is at most Neurosurgeon's T_e + T_t + T_c,
-// and DADS switches to DSH below 1.51 Mbps. A test skips with the command when its model is
-// absent. No timings are asserted.
+// The edge-cloud planners on the generated models (YOLOv5s behind its virtual sink) and
+// configs/clusters/edge-cloud.json across the bandwidth sweep: DECC's predicted delay is at most
+// every baseline's, every plan's evaluator agrees with the discrete-event simulation, DSL's cut is
+// at most Neurosurgeon's T_e + T_t + T_c, and DADS switches to DSH below 1.51 Mbps. A test skips
+// with the command when its model is absent. No timings are asserted.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "cnn_test_util.h"
+#include "tandem/cnn/edge/chain.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
-#include "tandem/cnn/onnx_import.h"
 
 namespace tandem::cnn::edge {
 namespace {
@@ -23,7 +23,7 @@ TEST_P(EdgeCloudModels, DeccIsNeverBehindABaseline) {
   if (!std::filesystem::exists(model))
     GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
                  << cnn::testing::models_dir() << " --models " << name;
-  const Graph g = import_onnx(model.string());
+  const Graph g = load_edge_graph(model.string());
   const AnalyticCostModel cost;
   ClusterSpec cl = ClusterSpec::from_json_file(
       (std::filesystem::path(TANDEM_CLUSTERS_DIR) / "edge-cloud.json").string());
@@ -47,7 +47,8 @@ TEST_P(EdgeCloudModels, DeccIsNeverBehindABaseline) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paper, EdgeCloudModels,
-                         ::testing::Values("alexnet", "inception_v3", "resnet50", "mobilenet_v2"));
+                         ::testing::Values("alexnet", "inception_v3", "resnet50", "mobilenet_v2",
+                                           "yolov5s"));
 
 }  // namespace
 }  // namespace tandem::cnn::edge

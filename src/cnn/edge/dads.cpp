@@ -13,7 +13,7 @@
 #include <cmath>
 #include <limits>
 
-#include "cnn/edge/split.h"
+#include "core/clock.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
 
 namespace tandem::cnn::edge {
@@ -132,7 +132,7 @@ EdgeCloudPlan plan_dads_dsl(const EdgeCloudProblem& pb) {
   const MinCut cut = dads_min_cut(pb);
   EdgeCloudPlan p = plan_from_edge_set("dads-dsl", cut.on_edge, pb);
   p.notes = {{"min_cut_s", cut.value_s}};
-  p.metrics.planner_s = detail::seconds_since(t0);
+  p.metrics.planner_s = seconds_since(t0);
   return p;
 }
 
@@ -162,7 +162,7 @@ EdgeCloudPlan plan_dads_dsh(const EdgeCloudProblem& pb) {
              {"gamma", std::exp2(best_lg)},
              {"max_te_tt_tc_s", best_max},
              {"dsl_runs", runs}};
-  p.metrics.planner_s = detail::seconds_since(t0);
+  p.metrics.planner_s = seconds_since(t0);
   return p;
 }
 
@@ -172,7 +172,7 @@ EdgeCloudPlan plan_dads(const EdgeCloudProblem& pb) {
   EdgeCloudPlan p = heavy ? plan_dads_dsh(pb) : plan_dads_dsl(pb);
   p.notes["mode"] = heavy ? "dsh (below 1.51 Mbps)" : "dsl";
   p.system = "dads";
-  p.metrics.planner_s = detail::seconds_since(t0);
+  p.metrics.planner_s = seconds_since(t0);
   return p;
 }
 

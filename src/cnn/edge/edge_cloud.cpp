@@ -27,8 +27,6 @@ TileWork node_work(const Graph& g, int id) {
   return w;
 }
 
-std::string node_name(const Graph& g, int id) { return g.node(id).name; }
-
 // The side of every node from the plan, checking each node appears once.
 std::vector<int> sides(const EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
   std::vector<int> side(static_cast<size_t>(pb.nodes()), -1);  // 0 edge, 1 cloud
@@ -38,7 +36,7 @@ std::vector<int> sides(const EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
         throw InvalidArgument(cat("edge-cloud plan '", p.system, "': no node ", v));
       if (side[static_cast<size_t>(v)] != -1)
         throw InvalidArgument(cat("edge-cloud plan '", p.system, "': node '",
-                                  node_name(*pb.graph, v), "' is listed twice"));
+                                  pb.graph->node(v).name, "' is listed twice"));
       side[static_cast<size_t>(v)] = s;
     }
   };
@@ -46,7 +44,7 @@ std::vector<int> sides(const EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
   place(p.cloud_nodes, 1);
   for (int v = 0; v < pb.nodes(); ++v)
     if (side[static_cast<size_t>(v)] == -1)
-      throw InvalidArgument(cat("edge-cloud plan '", p.system, "': node '", node_name(*pb.graph, v),
+      throw InvalidArgument(cat("edge-cloud plan '", p.system, "': node '", pb.graph->node(v).name,
                                 "' is neither on the edge nor on the cloud"));
   return side;
 }
@@ -67,7 +65,8 @@ EdgeCloudProblem make_edge_cloud_problem(const Graph& g, const ClusterSpec& clus
             cluster.devices.size()));
   if (g.inputs().size() != 1 || g.outputs().size() != 1)
     throw Unsupported(cat("edge-cloud plan: the model must have one input and one output, it has ",
-                          g.inputs().size(), " and ", g.outputs().size()));
+                          g.inputs().size(), " and ", g.outputs().size(),
+                          " (give it a virtual sink first: with_single_output, chain.h)"));
   EdgeCloudProblem pb;
   pb.graph = &g;
   pb.cost = &cost;
@@ -112,7 +111,7 @@ void evaluate(EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
   for (int v : p.edge_nodes) {
     for (int in : g.node(v).inputs)
       if (!std::isfinite(on_edge[static_cast<size_t>(in)]))
-        throw InvalidArgument(cat("edge-cloud plan '", p.system, "': edge node '", node_name(g, v),
+        throw InvalidArgument(cat("edge-cloud plan '", p.system, "': edge node '", g.node(v).name,
                                   "' reads '", g.tensor(in).name,
                                   "', which the edge has not produced before it"));
     t += pb.edge_s[static_cast<size_t>(v)];
@@ -144,7 +143,7 @@ void evaluate(EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
       if (from_edge) needed[i] = true;
       const double ready = from_edge ? arrived[i] : in_cloud[i];
       if (!std::isfinite(ready))
-        throw InvalidArgument(cat("edge-cloud plan '", p.system, "': cloud node '", node_name(g, v),
+        throw InvalidArgument(cat("edge-cloud plan '", p.system, "': cloud node '", g.node(v).name,
                                   "' reads '", g.tensor(in).name, "', which ",
                                   from_edge ? "is never uploaded" : "the cloud computes after it"));
       start = std::max(start, ready);

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <limits>
 
-#include "cnn/edge/split.h"
+#include "core/clock.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
 #include "tandem/core/error.h"
 
@@ -44,7 +44,7 @@ EdgeCloudPlan plan_neurosurgeon(const EdgeCloudProblem& pb) {
   p.notes = {{"split_after", best_k == 0 ? "input" : g.node(best_k - 1).name},
              {"split_index", best_k},
              {"objective_s", best}};
-  p.metrics.planner_s = detail::seconds_since(t0);
+  p.metrics.planner_s = seconds_since(t0);
   return p;
 }
 
@@ -52,7 +52,7 @@ EdgeCloudPlan plan_edge_only(const EdgeCloudProblem& pb) {
   const auto t0 = std::chrono::steady_clock::now();
   EdgeCloudPlan p =
       plan_from_edge_set("edge-only", std::vector<bool>(static_cast<size_t>(pb.nodes()), true), pb);
-  p.metrics.planner_s = detail::seconds_since(t0);
+  p.metrics.planner_s = seconds_since(t0);
   return p;
 }
 
@@ -60,7 +60,7 @@ EdgeCloudPlan plan_cloud_only(const EdgeCloudProblem& pb) {
   const auto t0 = std::chrono::steady_clock::now();
   EdgeCloudPlan p = plan_from_edge_set(
       "cloud-only", std::vector<bool>(static_cast<size_t>(pb.nodes()), false), pb);
-  p.metrics.planner_s = detail::seconds_since(t0);
+  p.metrics.planner_s = seconds_since(t0);
   return p;
 }
 

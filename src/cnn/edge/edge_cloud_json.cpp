@@ -7,14 +7,14 @@
 namespace tandem::cnn::edge {
 namespace {
 
-std::string fmt(const char* f, double v) {
+std::string format_number(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
 
 // "first .. last (n)" of a node list, or "-".
-std::string span(const Graph& g, const std::vector<int>& nodes) {
+std::string node_span(const Graph& g, const std::vector<int>& nodes) {
   if (nodes.empty()) return "-";
   return g.node(nodes.front()).name + " .. " + g.node(nodes.back()).name + " (" +
          std::to_string(nodes.size()) + ")";
@@ -63,18 +63,18 @@ std::string format_table(const EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
   const Graph& g = *pb.graph;
   const EdgeCloudMetrics& m = p.metrics;
   std::string s = "| " + p.system + " | nodes, in order | predicted s |\n|---|---|---:|\n";
-  s += "| edge (" + pb.edge.name + ") | " + span(g, p.edge_nodes) + " | " + fmt("%.4f", m.edge_s) +
-       " |\n";
+  s += "| edge (" + pb.edge.name + ") | " + node_span(g, p.edge_nodes) + " | " +
+       format_number("%.4f", m.edge_s) + " |\n";
   std::string up;
   for (int t : p.uploads)
     up += (up.empty() ? "" : ", ") + g.tensor(t).name + " " +
-          fmt("%.3f MB", pb.tensor_bytes(t) / 1e6);
-  s += "| uplink " + fmt("%.2f Mbps", pb.link.bandwidth_bytes_per_s * 8 / 1e6) + " | " +
-       (up.empty() ? "-" : up) + " | " + fmt("%.4f", m.upload_s) + " |\n";
-  s += "| cloud (" + pb.cloud.name + ") | " + span(g, p.cloud_nodes) + " | " +
-       fmt("%.4f", m.cloud_s) + " |\n";
-  s += "| T_e + T_t + T_c | | " + fmt("%.4f", m.serial_s) + " |\n";
-  s += "| **end-to-end delay** (pipelined) | | **" + fmt("%.4f", m.makespan_s) + "** |\n";
+          format_number("%.3f MB", pb.tensor_bytes(t) / 1e6);
+  s += "| uplink " + format_number("%.2f Mbps", pb.link.bandwidth_bytes_per_s * 8 / 1e6) + " | " +
+       (up.empty() ? "-" : up) + " | " + format_number("%.4f", m.upload_s) + " |\n";
+  s += "| cloud (" + pb.cloud.name + ") | " + node_span(g, p.cloud_nodes) + " | " +
+       format_number("%.4f", m.cloud_s) + " |\n";
+  s += "| T_e + T_t + T_c | | " + format_number("%.4f", m.serial_s) + " |\n";
+  s += "| **end-to-end delay** (pipelined) | | **" + format_number("%.4f", m.makespan_s) + "** |\n";
   if (!p.notes.empty()) s += "\nnotes: " + p.notes.dump() + "\n";
   return s;
 }

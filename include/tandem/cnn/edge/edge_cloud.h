@@ -54,7 +54,8 @@ struct TANDEM_API EdgeCloudProblem {
 // The problem for `graph` on `cluster`: exactly two devices (the first is the edge, the second
 // the cloud) and a link between them. InvalidArgument naming what is wrong otherwise (device
 // count, no link, a bandwidth or peak_flops that is not positive); Unsupported when the graph has
-// more than one input or output. `graph` and `cost` must outlive the problem.
+// more than one input or output (load_edge_graph / with_single_output in chain.h give a
+// multi-output model its virtual sink). `graph` and `cost` must outlive the problem.
 TANDEM_API EdgeCloudProblem make_edge_cloud_problem(const Graph& graph, const ClusterSpec& cluster,
                                                     const EdgeCostModel& cost);
 
