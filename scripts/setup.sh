@@ -14,6 +14,7 @@ packages=(
   libonnx-dev libprotobuf-dev libonnx-testdata
   libzmq3-dev cppzmq-dev  # the pipeline runtime's transport (src/sched)
   coinor-libclp-dev  # LP solver of the edge planners (DeepZoning's AWP, CoEdge; src/cnn/edge)
+  libboost-graph-dev  # DADS's min cut (Boykov-Kolmogorov max flow, header-only; src/cnn/edge/dads.cpp)
   bible-kjv r-cran-janeaustenr  # real texts for `tandem perplexity` (scripts/llm/get_texts.sh)
 )
 

@@ -7,7 +7,8 @@
 // process, or `tandem worker`s) and prints the measured period and latency beside the prediction
 // and the runtime simulator, the stage timelines and, with --verify, the comparison with the
 // single-device run. `tandem edge compare` (edge_compare.cpp) sweeps systems x models x
-// bandwidths, predicted and replayed.
+// bandwidths, predicted and replayed. `tandem edge split` (edge_split.cpp) splits a CNN between an
+// edge device and a cloud server (DECC, Neurosurgeon, DADS, edge-only, cloud-only).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "commands.h"
 #include "edge_compare.h"
+#include "edge_split.h"
 #include "tandem/cnn/edge/measure.h"
 #include "tandem/cnn/edge/planners.h"
 #include "tandem/cnn/edge/replan.h"
@@ -328,7 +330,9 @@ void add_plan_options(CLI::App* sub, EdgePlanOptions& o) {
 const CommandRegistration kReg([](CLI::App& app) {
   auto o = std::make_shared<EdgePlanOptions>();
   CLI::App* edge = app.add_subcommand(
-      "edge", "CNN inference on an edge cluster: PICO, DeepZoning and baselines");
+      "edge",
+      "CNN inference on an edge cluster (PICO, DeepZoning and baselines) or split between an edge "
+      "device and a cloud (DECC and baselines: `edge split`)");
   edge->require_subcommand(1);
   CLI::App* plan = edge->add_subcommand("plan",
                                         "Plan a CNN on a cluster (PICO, DeepZoning, CoEdge, LW, "
@@ -350,8 +354,11 @@ const CommandRegistration kReg([](CLI::App& app) {
   run->add_option("--json", o->json_path, "Write the report as JSON");
   auto compare_fn = std::make_shared<std::function<int()>>();
   CLI::App* compare = add_edge_compare(edge, *compare_fn);
-  return Command{edge, [o, run, compare, compare_fn] {
+  auto split_fn = std::make_shared<std::function<int()>>();
+  CLI::App* split = add_edge_split(edge, *split_fn);
+  return Command{edge, [o, run, compare, compare_fn, split, split_fn] {
                    if (*compare) return (*compare_fn)();
+                   if (*split) return (*split_fn)();
                    return *run ? run_edge_run(*o) : run_edge_plan(*o);
                  }};
 });
