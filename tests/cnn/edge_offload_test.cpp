@@ -19,6 +19,7 @@
 #include "cnn_test_util.h"
 #include "sched/child_worker.h"
 #include "shaped_link.h"
+#include "tandem/cnn/edge/adaptive.h"
 #include "tandem/cnn/edge/chain.h"
 #include "tandem/cnn/edge/offload.h"
 #include "tandem/cnn/executor.h"
@@ -267,6 +268,59 @@ TEST(Offload, LostCloudFallsBackToTheEdgeAlone) {
   ASSERT_EQ(delivered.size(), 8u);
   for (const auto& [id, n] : delivered) EXPECT_EQ(n, 1) << "frame " << id << " delivered twice";
   EXPECT_EQ(std::count(r.final_devices.begin(), r.final_devices.end(), "cloud"), 0);
+}
+
+// Online adaptation over the shaped link (adaptive.h): AlexNet on configs/clusters/edge-cloud.json,
+// DECC planned from the probed bandwidth; the uplink drops from 50 to 5 Mbit/s after the first
+// segment, the next probe sees it, the plan is made again for the new bandwidth between segments,
+// and every frame comes out once, equal to the single-device run.
+TEST(Offload, AdaptsThePlanWhenTheLinkSlowsDown) {
+  if (const std::string why = testing::ShapedLink::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  if (!sched::zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
+  if (std::string(TANDEM_CLI_PATH).empty() || !std::filesystem::exists(TANDEM_CLI_PATH))
+    GTEST_SKIP() << "no tandem binary at '" << TANDEM_CLI_PATH << "'";
+  const std::filesystem::path model = testing::models_dir() / "alexnet.onnx";
+  if (!std::filesystem::exists(model))
+    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
+                 << testing::models_dir() << " --models alexnet";
+  const Graph g = load_edge_graph(model.string());
+  const Tensor image = testing::random_tensor(g.tensor(g.inputs()[0]).shape, 19);
+  const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
+  const ClusterSpec cluster = ClusterSpec::from_json_file(
+      (std::filesystem::path(TANDEM_CLUSTERS_DIR) / "edge-cloud.json").string());
+  testing::ShapedLink link(50);
+  fixtures::TempDir dir("offload-adapt");
+  const sched::ClusterKey key = sched::ClusterKey::generate();
+  const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
+  key.save(key_path);
+  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link.ns()},
+                                 "tcp://" + link.cloud_ip() + ":0");
+  sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 300);
+  o.emulate_devices = o.emulate_links = false;
+  const AnalyticCostModel cost;
+  const AdaptiveReport r = run_offload_adaptive(
+      g, model.string(), cluster, cost, {{"cloud", cloud.endpoint()}}, o, image,
+      {.system = "decc", .frames = 6, .frames_per_probe = 2, .probe_bytes = 128 << 10},
+      [&](const AdaptiveSegment& s) {
+        if (s.first_frame == 0) link.set_rate(5);
+      });
+  ASSERT_EQ(r.segments.size(), 3u);
+  EXPECT_TRUE(r.segments[0].replanned);
+  EXPECT_TRUE(r.segments[1].replanned) << "the drop to 5 Mbit/s was not acted on: probed "
+                                       << r.segments[1].probed_bytes_per_s * 8e-6 << " Mbit/s";
+  EXPECT_GE(r.replans, 1);
+  EXPECT_LT(r.segments[1].planned_bytes_per_s, 0.8 * r.segments[0].planned_bytes_per_s);
+  ASSERT_EQ(r.outputs.size(), 6u);
+  for (const auto& [id, got] : r.outputs)
+    EXPECT_EQ(0, std::memcmp(got.contiguous().raw_data(), want.raw_data(),
+                             static_cast<size_t>(want.nbytes())))
+        << "frame " << id;
+  for (const AdaptiveSegment& s : r.segments)
+    std::printf(
+        "frames %d-%d: probed %.1f Mbit/s, planned for %.1f: %s; predicted %.3f s, measured %.3f "
+        "s\n",
+        s.first_frame, s.first_frame + s.frames - 1, s.probed_bytes_per_s * 8e-6,
+        s.planned_bytes_per_s * 8e-6, s.plan.c_str(), s.predicted_s, s.measured_s);
 }
 
 }  // namespace
