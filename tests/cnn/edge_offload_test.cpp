@@ -64,6 +64,23 @@ std::vector<int> branch_split(const Graph& g) {
   return {};
 }
 
+// Why a test of `model` (a generated model's name) cannot run here, "" when it can: the model is
+// absent, or (workers) there is no CURVE or tandem binary for a worker, or (netns) no network
+// namespace for a ShapedLink.
+std::string unavailable(const std::string& name, bool workers, bool netns) {
+  if (netns)
+    if (std::string why = testing::ShapedLink::unavailable(); !why.empty()) return why;
+  if (workers && !sched::zmq_has_curve()) return "libzmq without CURVE";
+  if (workers &&
+      (std::string(TANDEM_CLI_PATH).empty() || !std::filesystem::exists(TANDEM_CLI_PATH)))
+    return "no tandem binary at '" + std::string(TANDEM_CLI_PATH) + "'";
+  const std::filesystem::path model = testing::models_dir() / (name + ".onnx");
+  if (!std::filesystem::exists(model))
+    return model.string() + " absent: python3 scripts/cnn/gen_models.py --out " +
+           testing::models_dir().string() + " --models " + name;
+  return "";
+}
+
 std::vector<Tensor> run_split(const sched::PipelinePlan& plan, const Tensor& image) {
   std::vector<Tensor> outs;
   for (bool direct : {true, false}) {
@@ -83,10 +100,8 @@ class Offload : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Offload, SplitsEqualOneDevice) {
   const std::string name = GetParam();
+  if (const std::string why = unavailable(name, false, false); !why.empty()) GTEST_SKIP() << why;
   const std::filesystem::path model = testing::models_dir() / (name + ".onnx");
-  if (!std::filesystem::exists(model))
-    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
-                 << testing::models_dir() << " --models " << name;
   const Graph g = load_edge_graph(model.string());
   const Tensor image = testing::random_tensor(g.tensor(g.inputs()[0]).shape, 11);
   const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
@@ -122,10 +137,9 @@ INSTANTIATE_TEST_SUITE_P(Issue19, Offload,
                          ::testing::Values("alexnet", "inception_v3", "resnet50", "mobilenet_v2"));
 
 TEST(Offload, BadSplitsAreNamed) {
+  if (const std::string why = unavailable("resnet18", false, false); !why.empty())
+    GTEST_SKIP() << why;
   const std::filesystem::path model = testing::models_dir() / "resnet18.onnx";
-  if (!std::filesystem::exists(model))
-    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
-                 << testing::models_dir() << " --models resnet18";
   const Graph g = load_edge_graph(model.string());
   auto refused = [&](const std::vector<int>& edge, const std::string& needle) {
     try {
@@ -156,14 +170,9 @@ TEST(Offload, BadSplitsAreNamed) {
 // least the uploads' bytes, and the rate changed mid-stream (50 -> 10 Mbit/s) loses nothing. Skips
 // with the reason where the test cannot make the namespace (not root, no iproute2).
 TEST(Offload, CloudWorkerBehindAShapedLink) {
-  if (const std::string why = testing::ShapedLink::unavailable(); !why.empty()) GTEST_SKIP() << why;
-  if (!sched::zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
-  if (std::string(TANDEM_CLI_PATH).empty() || !std::filesystem::exists(TANDEM_CLI_PATH))
-    GTEST_SKIP() << "no tandem binary at '" << TANDEM_CLI_PATH << "'";
+  if (const std::string why = unavailable("resnet18", true, true); !why.empty())
+    GTEST_SKIP() << why;
   const std::filesystem::path model = testing::models_dir() / "resnet18.onnx";
-  if (!std::filesystem::exists(model))
-    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
-                 << testing::models_dir() << " --models resnet18";
   const Graph g = load_edge_graph(model.string());
   const Chain chain = linearise(g);
   std::vector<int> edge;  // the first half of the pieces
@@ -229,13 +238,9 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
 // find it, offload_fallback turns the plan into an edge-only one with the same steps, the frames in
 // flight are run again on the edge; all 8 are delivered once, each equal to the single-device run.
 TEST(Offload, LostCloudFallsBackToTheEdgeAlone) {
-  if (!sched::zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
-  if (std::string(TANDEM_CLI_PATH).empty() || !std::filesystem::exists(TANDEM_CLI_PATH))
-    GTEST_SKIP() << "no tandem binary at '" << TANDEM_CLI_PATH << "'";
+  if (const std::string why = unavailable("mobilenet_v2", true, false); !why.empty())
+    GTEST_SKIP() << why;
   const std::filesystem::path model = testing::models_dir() / "mobilenet_v2.onnx";
-  if (!std::filesystem::exists(model))
-    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
-                 << testing::models_dir() << " --models mobilenet_v2";
   const Graph g = load_edge_graph(model.string());
   const std::vector<int> edge = branch_split(g);
   ASSERT_FALSE(edge.empty());
@@ -275,14 +280,8 @@ TEST(Offload, LostCloudFallsBackToTheEdgeAlone) {
 // segment, the next probe sees it, the plan is made again for the new bandwidth between segments,
 // and every frame comes out once, equal to the single-device run.
 TEST(Offload, AdaptsThePlanWhenTheLinkSlowsDown) {
-  if (const std::string why = testing::ShapedLink::unavailable(); !why.empty()) GTEST_SKIP() << why;
-  if (!sched::zmq_has_curve()) GTEST_SKIP() << "libzmq without CURVE";
-  if (std::string(TANDEM_CLI_PATH).empty() || !std::filesystem::exists(TANDEM_CLI_PATH))
-    GTEST_SKIP() << "no tandem binary at '" << TANDEM_CLI_PATH << "'";
+  if (const std::string why = unavailable("alexnet", true, true); !why.empty()) GTEST_SKIP() << why;
   const std::filesystem::path model = testing::models_dir() / "alexnet.onnx";
-  if (!std::filesystem::exists(model))
-    GTEST_SKIP() << model << " absent: python3 scripts/cnn/gen_models.py --out "
-                 << testing::models_dir() << " --models alexnet";
   const Graph g = load_edge_graph(model.string());
   const Tensor image = testing::random_tensor(g.tensor(g.inputs()[0]).shape, 19);
   const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
