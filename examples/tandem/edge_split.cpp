@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "edge_split_run.h"
 #include "tandem/cnn/edge/chain.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
 #include "tandem/core/cost_model.h"
@@ -29,6 +30,7 @@ struct SplitOptions {
   std::string output = "md";
   std::string json_path, md_path;
   std::string cost = "analytic";
+  SplitRunOptions run;  // --run N and the options of running (edge_split_run.h)
 };
 
 // Every system's plan at one bandwidth, and the best baseline's delay.
@@ -152,6 +154,15 @@ int run_split(const SplitOptions& o) {
   ClusterSpec c = cluster;
   if (o.mbps > 0)
     for (LinkProfile& l : c.links) l.bandwidth_bytes_per_s = o.mbps * 1e6 / 8;
+  if (o.run.frames > 0) {
+    SplitRunOptions r = o.run;
+    r.model = o.model;
+    r.json_path = o.json_path;
+    r.md_path = o.md_path;
+    r.systems = o.system == "all" ? cnn::edge::edge_cloud_system_names()
+                                  : std::vector<std::string>{o.system};
+    return run_split_frames(r, g, c, cost);
+  }
   const cnn::edge::EdgeCloudProblem pb = cnn::edge::make_edge_cloud_problem(g, c, cost);
   std::string md = o.model + " on " + o.cluster + ": " + std::to_string(pb.nodes()) +
                    " nodes; edge '" + pb.edge.name + "', cloud '" + pb.cloud.name + "', uplink " +
@@ -215,6 +226,26 @@ CLI::App* add_edge_split(CLI::App* edge, std::function<int()>& run) {
       ->capture_default_str();
   sub->add_option("--json", o->json_path, "Also write the JSON here");
   sub->add_option("--md", o->md_path, "Also write the markdown here");
+  sub->add_option("--run", o->run.frames,
+                  "Run N frames of each plan on the pipeline runtime (cnn.split stages: the edge "
+                  "here, the cloud in process with the cluster's link emulated, or on --workers) "
+                  "and print the measured delay per frame beside the prediction")
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--workers", o->run.workers,
+                  "cloud=ENDPOINT: the cloud side on a `tandem worker` (tcp://host:port); the "
+                  "link is then the real one")
+      ->delimiter(',');
+  sub->add_option("--key", o->run.key, "Cluster CURVE key file for tcp:// workers");
+  sub->add_flag("--emulate-link", o->run.emulate_link,
+                "With --workers: also emulate the cluster's link (token bucket) on top");
+  sub->add_flag("--adapt", o->run.adapt,
+                "With --run and one --system: probe the uplink before every --probe-every frames "
+                "(a timed bulk transfer and round trip to the cloud worker), smooth it (EMA) and "
+                "plan again when it moved by more than 20%");
+  sub->add_option("--probe-every", o->run.frames_per_probe, "Frames between probes (--adapt)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  sub->add_flag("--verify", o->run.verify, "Compare every output with the single-device run");
   run = [o] { return run_split(*o); };
   return sub;
 }
