@@ -98,7 +98,10 @@ BranchCut branch_cut(const EdgeCloudProblem& pb, const Zone& z, const std::vecto
   for (size_t i = 0; i < branch.size(); ++i) {
     const size_t v = static_cast<size_t>(branch[i]);
     prefix[v] = i < s;
-    (i < s ? cut.e : cut.c) += i < s ? pb.edge_s[v] : pb.cloud_s[v];
+    if (i < s)
+      cut.e += pb.edge_s[v];
+    else
+      cut.c += pb.cloud_s[v];
   }
   for (size_t i = 0; i < branch.size(); ++i) {
     const int v = branch[i];
