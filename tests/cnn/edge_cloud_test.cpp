@@ -13,6 +13,7 @@
 
 #include "cnn_test_util.h"
 #include "tandem/cnn/edge/edge_cloud_planners.h"
+#include "tandem/cnn/edge/offload.h"
 #include "tandem/core/cost_model.h"
 #include "tandem/core/error.h"
 
@@ -184,6 +185,29 @@ TEST(EdgeCloud, EvaluatorEqualsTheDiscreteEventSimulation) {
   }
 }
 
+// Every planner's plan is what the split runtime runs (offload.h): the same uploads in the same
+// order and the same cloud order, so evaluate() predicts the runtime's schedule.
+TEST(EdgeCloud, PlansAreWhatTheSplitRuntimeRuns) {
+  const AnalyticCostModel cost;
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937 rng(300 + seed);
+    const Graph g = random_dag(12, rng);
+    EdgeCloudProblem pb = make_edge_cloud_problem(g, two_devices(1e9, 8e9, 2e4, 0.003), cost);
+    randomise_times(pb, rng);
+    for (const std::string& s : edge_cloud_system_names()) {
+      SCOPED_TRACE(s + " seed " + std::to_string(seed));
+      const EdgeCloudPlan p = plan_edge_cloud(s, pb);
+      const OffloadSteps steps = offload_steps(g, p.edge_nodes);
+      EXPECT_EQ(steps.uploads, p.uploads);
+      std::vector<std::string> cloud;
+      for (const auto& step : steps.cloud)
+        for (const auto& n : step.at("nodes")) cloud.push_back(n.get<std::string>());
+      ASSERT_EQ(cloud.size(), p.cloud_nodes.size());
+      for (size_t i = 0; i < cloud.size(); ++i) EXPECT_EQ(cloud[i], g.node(p.cloud_nodes[i]).name);
+    }
+  }
+}
+
 // input -> m chains of 1x1 convs (random lengths and widths) -> concat -> a last conv.
 Graph branch_set(int m, std::mt19937& rng) {
   Graph g;
@@ -230,6 +254,7 @@ TEST(EdgeCloud, FlowShopEqualsTheSimulationOnRandomBranchSets) {
       const EdgeCloudPlan p = decc_plan(pb, d);
       EXPECT_NEAR(simulate_schedule(p, pb).makespan_s, d.flow_shop_s, 1e-12);
       EXPECT_NEAR(p.metrics.makespan_s, d.flow_shop_s, 1e-12);
+      EXPECT_EQ(offload_steps(g, p.edge_nodes).uploads, p.uploads);  // the runtime's order
     }
   }
 }

@@ -98,7 +98,10 @@ BranchCut branch_cut(const EdgeCloudProblem& pb, const Zone& z, const std::vecto
   for (size_t i = 0; i < branch.size(); ++i) {
     const size_t v = static_cast<size_t>(branch[i]);
     prefix[v] = i < s;
-    (i < s ? cut.e : cut.c) += i < s ? pb.edge_s[v] : pb.cloud_s[v];
+    if (i < s)
+      cut.e += pb.edge_s[v];
+    else
+      cut.c += pb.cloud_s[v];
   }
   for (size_t i = 0; i < branch.size(); ++i) {
     const int v = branch[i];
@@ -256,22 +259,19 @@ EdgeCloudPlan build_plan(const EdgeCloudProblem& pb, const Zone& z, const DeccSp
   p.system = "decc";
   p.edge_nodes = z.before;
   const Jobs j = jobs_of(pb, z, d.split);
-  if (!j.branch_of.empty() && j.branch_of[0] < 0) {
-    p.uploads.push_back(z.in_tensor);
-    for (size_t b = 0; b < z.branches.size(); ++b)
-      if (d.split[b] == 0)
-        p.cloud_nodes.insert(p.cloud_nodes.end(), z.branches[b].begin(), z.branches[b].end());
-  }
+  if (!j.branch_of.empty() && j.branch_of[0] < 0) p.uploads.push_back(z.in_tensor);
   for (int b : d.order) {
     const std::vector<int>& nodes = z.branches[static_cast<size_t>(b)];
     const size_t s = static_cast<size_t>(d.split[static_cast<size_t>(b)]);
     p.edge_nodes.insert(p.edge_nodes.end(), nodes.begin(), nodes.begin() + static_cast<long>(s));
     const BranchCut& cut = z.cuts[static_cast<size_t>(b)][s];
     p.uploads.insert(p.uploads.end(), cut.uploads.begin(), cut.uploads.end());
-    p.cloud_nodes.insert(p.cloud_nodes.end(), nodes.begin() + static_cast<long>(s), nodes.end());
   }
-  if (z.join >= 0) p.cloud_nodes.push_back(z.join);
-  p.cloud_nodes.insert(p.cloud_nodes.end(), z.after.begin(), z.after.end());
+  // The cloud runs each job's nodes once its uploads are in (the shared job's branches first, the
+  // join and the later zones last): the runtime's order gives exactly that.
+  std::vector<bool> on_edge(static_cast<size_t>(pb.nodes()), false);
+  for (int v : p.edge_nodes) on_edge[static_cast<size_t>(v)] = true;
+  p.cloud_nodes = runtime_cloud_order(pb, on_edge, p.uploads);
   evaluate(p, pb);
   nlohmann::json split = nlohmann::json::array();
   for (size_t b = 0; b < z.branches.size(); ++b)

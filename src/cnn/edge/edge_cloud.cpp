@@ -161,6 +161,29 @@ void evaluate(EdgeCloudPlan& p, const EdgeCloudProblem& pb) {
   p.metrics = m;
 }
 
+std::vector<int> runtime_cloud_order(const EdgeCloudProblem& pb, const std::vector<bool>& on_edge,
+                                     const std::vector<int>& uploads) {
+  const Graph& g = *pb.graph;
+  std::vector<bool> have(g.tensors().size(), false), placed(static_cast<size_t>(pb.nodes()), false);
+  std::vector<int> order;
+  for (size_t k = 0; k < uploads.size();) {
+    // One step: the consecutive uploads of one producer (the runtime sends them together).
+    const int producer = g.tensor(uploads[k]).producer;
+    for (; k < uploads.size() && g.tensor(uploads[k]).producer == producer; ++k)
+      have[static_cast<size_t>(uploads[k])] = true;
+    for (int v = 0; v < pb.nodes(); ++v) {  // graph order is topological: one pass
+      if (on_edge[static_cast<size_t>(v)] || placed[static_cast<size_t>(v)]) continue;
+      const auto& ins = g.node(v).inputs;
+      if (!std::all_of(ins.begin(), ins.end(), [&](int t) { return have[static_cast<size_t>(t)]; }))
+        continue;
+      placed[static_cast<size_t>(v)] = true;
+      order.push_back(v);
+      for (int out : g.node(v).outputs) have[static_cast<size_t>(out)] = true;
+    }
+  }
+  return order;
+}
+
 EdgeCloudPlan plan_from_edge_set(const std::string& system, const std::vector<bool>& on_edge,
                                  const EdgeCloudProblem& pb) {
   const Graph& g = *pb.graph;
@@ -169,15 +192,8 @@ EdgeCloudPlan plan_from_edge_set(const std::string& system, const std::vector<bo
                               " entries for ", pb.nodes(), " nodes"));
   EdgeCloudPlan p;
   p.system = system;
-  const size_t nt = g.tensors().size();
-  std::vector<double> ready(nt, 0);  // on the edge, then (uploads) in the cloud
-  double t = 0;
   for (int v = 0; v < pb.nodes(); ++v)
-    if (on_edge[static_cast<size_t>(v)]) {
-      p.edge_nodes.push_back(v);
-      t += pb.edge_s[static_cast<size_t>(v)];
-      for (int out : g.node(v).outputs) ready[static_cast<size_t>(out)] = t;
-    }
+    if (on_edge[static_cast<size_t>(v)]) p.edge_nodes.push_back(v);
   // Uploads in the order their tensors are produced (the input first).
   auto read_by_cloud = [&](int ten) {
     for (int c : g.tensor(ten).consumers)
@@ -188,39 +204,7 @@ EdgeCloudPlan plan_from_edge_set(const std::string& system, const std::vector<bo
   for (int v : p.edge_nodes)
     for (int out : g.node(v).outputs)
       if (read_by_cloud(out)) p.uploads.push_back(out);
-  double link = 0;
-  for (int ten : p.uploads) {
-    link = std::max(link, ready[static_cast<size_t>(ten)]) + pb.upload_s(ten);
-    ready[static_cast<size_t>(ten)] = link;
-  }
-  // Cloud list schedule: among the nodes whose cloud producers are placed, the one that can start
-  // first (ties: graph order).
-  std::vector<bool> placed(static_cast<size_t>(pb.nodes()), false);
-  auto inputs_placed = [&](int v) {
-    for (int in : g.node(v).inputs) {
-      const int prod = g.tensor(in).producer;
-      if (prod >= 0 && !on_edge[static_cast<size_t>(prod)] && !placed[static_cast<size_t>(prod)])
-        return false;
-    }
-    return true;
-  };
-  double c = 0;
-  for (;;) {
-    int best = -1;
-    double best_start = 0;
-    for (int v = 0; v < pb.nodes(); ++v) {
-      if (on_edge[static_cast<size_t>(v)] || placed[static_cast<size_t>(v)] || !inputs_placed(v))
-        continue;
-      double start = c;
-      for (int in : g.node(v).inputs) start = std::max(start, ready[static_cast<size_t>(in)]);
-      if (best < 0 || start < best_start) best = v, best_start = start;
-    }
-    if (best < 0) break;
-    placed[static_cast<size_t>(best)] = true;
-    p.cloud_nodes.push_back(best);
-    c = best_start + pb.cloud_s[static_cast<size_t>(best)];
-    for (int out : g.node(best).outputs) ready[static_cast<size_t>(out)] = c;
-  }
+  p.cloud_nodes = runtime_cloud_order(pb, on_edge, p.uploads);
   evaluate(p, pb);  // also rejects an edge set that is not closed under predecessors
   return p;
 }

@@ -8,8 +8,10 @@
 // EdgeCloudPlan is what a runtime needs: the edge nodes in execution order (a set closed under
 // predecessors: data only flows edge -> cloud), the tensors uploaded in upload order (each once,
 // however many cloud nodes read it; the graph input counts as produced on the edge at t = 0) and
-// the cloud nodes in execution order. Nodes are the graph's, not the chain's pieces: DADS and DECC
-// cut inside inception and residual blocks.
+// the cloud nodes in execution order. The planners keep the split runtime's conventions
+// (offload.h: uploads in the order the edge makes them, cloud order runtime_cloud_order()), so
+// offload_pipeline_plan(graph, plan.edge_nodes, ...) runs the schedule evaluate() predicts. Nodes
+// are the graph's, not the chain's pieces: DADS and DECC cut inside inception and residual blocks.
 //
 // How evaluate() predicts (one evaluator for every system): the edge runs its nodes back to back;
 // the uplink sends the uploads in order, each when the previous one is done and its tensor has
@@ -98,9 +100,17 @@ struct ScheduleSim {
 TANDEM_API ScheduleSim simulate_schedule(const EdgeCloudPlan& plan,
                                          const EdgeCloudProblem& problem);
 
+// The cloud order the split runtime runs (offload.h, cnn.split): after each step of uploads (the
+// consecutive uploads of one producer), in upload order, every cloud node whose inputs are all in
+// the cloud, in graph order. Nodes that never get their inputs are left out (evaluate() names
+// them).
+TANDEM_API std::vector<int> runtime_cloud_order(const EdgeCloudProblem& problem,
+                                                const std::vector<bool>& on_edge,
+                                                const std::vector<int>& uploads);
+
 // The plan that runs exactly `on_edge` (per node; closed under predecessors) on the edge: edge
-// nodes in graph order, uploads as their tensors are produced, cloud nodes list-scheduled (the
-// next one is the node that can start earliest). Evaluated. What a cut-based planner returns.
+// nodes in graph order, uploads as their tensors are produced, cloud nodes in
+// runtime_cloud_order. Evaluated. What a cut-based planner returns.
 TANDEM_API EdgeCloudPlan plan_from_edge_set(const std::string& system,
                                             const std::vector<bool>& on_edge,
                                             const EdgeCloudProblem& problem);
