@@ -78,6 +78,9 @@ int run_split_frames(const SplitRunOptions& o, const cnn::Graph& g, const Cluste
   // In process the link is the cluster's, emulated; to a worker it is the real one unless asked.
   po.emulate_links = workers.empty() || o.emulate_link;
   po.emulate_devices = true;
+  // Heartbeats share the connection with the uploads: on a slow uplink one frame's tensor (or a
+  // probe) holds it for seconds, which must not read as a lost worker.
+  po.client.heartbeat_timeout_s = std::max(po.client.heartbeat_timeout_s, 15.0);
   const Shape& in = g.tensor(g.inputs()[0]).shape;
   std::vector<float> v(static_cast<size_t>(in.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 251) / 125.0f - 1.0f;

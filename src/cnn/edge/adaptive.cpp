@@ -40,8 +40,12 @@ AdaptiveReport run_offload_adaptive(const Graph& graph, const std::string& model
   sched::PipelinePlan runtime;
   AdaptiveSegment current;
   for (int first = 0; first < adapt.frames; first += adapt.frames_per_probe) {
-    const sched::LinkEstimate e =
-        sched::probe_link(cloud, cluster, workers, options, adapt.probe_bytes);
+    const size_t bytes =
+        tracker.empty()
+            ? adapt.probe_first_bytes
+            : std::clamp(static_cast<size_t>(tracker.bandwidth() * adapt.probe_target_s),
+                         size_t{16} << 10, std::max(adapt.probe_max_bytes, size_t{16} << 10));
+    const sched::LinkEstimate e = sched::probe_link(cloud, cluster, workers, options, bytes);
     tracker.add(e.bandwidth_bytes_per_s);
     AdaptiveSegment s = current;
     s.first_frame = first;

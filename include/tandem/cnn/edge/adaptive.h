@@ -6,7 +6,8 @@
 // (edge_cloud_planners.h, any system) on the pipeline runtime (offload.h: cnn.split stages, the
 // edge here, the cloud on its worker), in segments of `frames_per_probe`. Before each segment it
 // probes the link to the cloud's worker (sched/probe.h: RTT and a bulk round trip through the same
-// transport), adds the estimate to a LinkTracker (EMA), and plans again when the smoothed bandwidth
+// transport; the bulk packet sized to the last estimate), adds the estimate to a LinkTracker (EMA),
+// and plans again when the smoothed bandwidth
 // has moved more than the threshold (20%) from the one the current plan was made for: the
 // cluster's link is set to the estimate (bandwidth, and latency = RTT / 2) and the system plans the
 // problem anew. A plan changes only between segments, after every frame of the previous one came
@@ -43,7 +44,14 @@ struct AdaptiveOptions {
   int frames_per_probe = 4;
   double alpha = 0.5;      // EMA weight of a new probe
   double threshold = 0.2;  // relative bandwidth move that re-plans
-  size_t probe_bytes = 1 << 20;
+  // The bulk probe's size: the first probe sends probe_first_bytes; later ones what the smoothed
+  // bandwidth carries in probe_target_s, within [16 KiB, probe_max_bytes]. A bulk transfer holds
+  // the connection (heartbeats wait behind it), so it is kept short on a slow link; when the link
+  // may drop sharply, give the options a heartbeat timeout above probe_max_bytes / the slowest
+  // bandwidth.
+  size_t probe_first_bytes = 256 << 10;
+  size_t probe_max_bytes = 1 << 20;
+  double probe_target_s = 0.25;
 };
 
 struct AdaptiveSegment {
