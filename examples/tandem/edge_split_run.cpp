@@ -107,15 +107,16 @@ int run_split_frames(const SplitRunOptions& o, const cnn::Graph& g, const Cluste
                        s.replanned ? ", re-planned" : "");
         });
     md = "| frames | probed Mbit/s | smoothed | plan made for | re-planned | plan | predicted s | "
-         "measured s | error |\n|---|---:|---:|---:|---|---|---:|---:|---:|\n";
+         "measured s | error | drift |\n|---|---:|---:|---:|---|---|---:|---:|---:|---|\n";
     j["segments"] = nlohmann::json::array();
     for (const auto& s : r.segments) {
       char row[512];
-      std::snprintf(
-          row, sizeof row, "| %d-%d | %.2f | %.2f | %.2f | %s | %s | %.4f | %.4f | %+.1f%% |\n",
-          s.first_frame, s.first_frame + s.frames - 1, s.probed_bytes_per_s * 8e-6,
-          s.smoothed_bytes_per_s * 8e-6, s.planned_bytes_per_s * 8e-6, s.replanned ? "yes" : "no",
-          s.plan.c_str(), s.predicted_s, s.measured_s, 100 * (s.predicted_s / s.measured_s - 1));
+      std::snprintf(row, sizeof row,
+                    "| %d-%d | %.2f | %.2f | %.2f | %s | %s | %.4f | %.4f | %+.1f%% | %s |\n",
+                    s.first_frame, s.first_frame + s.frames - 1, s.probed_bytes_per_s * 8e-6,
+                    s.smoothed_bytes_per_s * 8e-6, s.planned_bytes_per_s * 8e-6,
+                    s.replanned ? "yes" : "no", s.plan.c_str(), s.predicted_s, s.measured_s,
+                    100 * (s.predicted_s / s.measured_s - 1), s.drifted ? "yes" : "no");
       md += row;
       j["segments"].push_back({{"first_frame", s.first_frame},
                                {"frames", s.frames},
@@ -125,7 +126,8 @@ int run_split_frames(const SplitRunOptions& o, const cnn::Graph& g, const Cluste
                                {"replanned", s.replanned},
                                {"plan", s.plan},
                                {"predicted_s", s.predicted_s},
-                               {"measured_s", s.measured_s}});
+                               {"measured_s", s.measured_s},
+                               {"drifted", s.drifted}});
     }
     j["replans"] = r.replans;
   } else {

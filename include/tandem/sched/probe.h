@@ -50,6 +50,9 @@ class TANDEM_API LinkTracker {
   explicit LinkTracker(double alpha = 0.5, double threshold = 0.2);
   void add(double bandwidth_bytes_per_s);  // InvalidArgument unless positive and finite
   bool empty() const { return samples_ == 0; }
+  // Forgets the average: the next sample becomes the estimate (a change the EMA would follow too
+  // slowly, e.g. when measured delays no longer match the plan's).
+  void restart() { samples_ = 0; }
   double bandwidth() const { return ema_; }  // 0 before the first sample
   // True when the smoothed bandwidth differs from `planned` by more than the threshold.
   bool moved_from(double planned_bandwidth_bytes_per_s) const;

@@ -3,6 +3,7 @@
 #include "tandem/cnn/edge/adaptive.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tandem/cnn/edge/edge_cloud_planners.h"
 #include "tandem/cnn/edge/offload.h"
@@ -80,6 +81,8 @@ AdaptiveReport run_offload_adaptive(const Graph& graph, const std::string& model
           r.outputs.at(static_cast<uint64_t>(f)).back().tensors.at(0);
       s.measured_s += r.makespan_s / s.frames;  // submission to delivery
     }
+    s.drifted = std::abs(s.measured_s / s.predicted_s - 1) > adapt.drift;
+    if (s.drifted) tracker.restart();
     report.segments.push_back(s);
     if (on_segment) on_segment(s);
   }

@@ -11,9 +11,11 @@
 // has moved more than the threshold (20%) from the one the current plan was made for: the
 // cluster's link is set to the estimate (bandwidth, and latency = RTT / 2) and the system plans the
 // problem anew. A plan changes only between segments, after every frame of the previous one came
-// out, so no frame is lost or repeated. Frames run one at a time (the delay of one inference is
-// what DECC minimises), after one untimed warm-up frame per segment (the stages' set-up); each
-// segment reports the predicted makespan beside the measured mean frame delay.
+// out, so no frame is lost or repeated. When a segment's measured delay drifts from the prediction
+// by more than `drift`, the next probe restarts the average (the EMA alone follows a sharp drop
+// over several probes). Frames run one at a time (the delay of one inference is what DECC
+// minimises), after one untimed warm-up frame per segment (the stages' set-up); each segment
+// reports the predicted makespan beside the measured mean frame delay.
 //
 //   cnn::edge::AdaptiveOptions o{.system = "decc", .frames = 12, .frames_per_probe = 4};
 //   auto report = cnn::edge::run_offload_adaptive(graph, "m.onnx", cluster, cost, workers, po,
@@ -44,6 +46,9 @@ struct AdaptiveOptions {
   int frames_per_probe = 4;
   double alpha = 0.5;      // EMA weight of a new probe
   double threshold = 0.2;  // relative bandwidth move that re-plans
+  // When a segment's measured delay differs from the plan's prediction by more than this
+  // (relative), the next probe replaces the smoothed bandwidth instead of being averaged in.
+  double drift = 0.5;
   // The bulk probe's size: the first probe sends probe_first_bytes; later ones what the smoothed
   // bandwidth carries in probe_target_s, within [16 KiB, probe_max_bytes]. A bulk transfer holds
   // the connection (heartbeats wait behind it), so it is kept short on a slow link; when the link
@@ -60,6 +65,7 @@ struct AdaptiveSegment {
   double smoothed_bytes_per_s = 0;
   double planned_bytes_per_s = 0;  // the bandwidth the plan in force was made for
   bool replanned = false;          // the plan was made before this segment
+  bool drifted = false;            // measured vs predicted past `drift`: the next probe restarts
   std::string plan;                // system, edge nodes / uploads (EdgeCloudPlan summary)
   double predicted_s = 0;          // the plan's predicted makespan (at planned_bytes_per_s)
   double measured_s = 0;           // mean wall time of one frame, end to end
