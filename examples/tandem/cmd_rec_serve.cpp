@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "report.h"
+#include "tandem/core/allocator.h"
 #include "tandem/core/backend.h"
 #include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
@@ -217,12 +218,18 @@ int run_rec_serve(const RecServeOptions& o) {
   lo.rate_qps = o.rate_qps;
   lo.max_outstanding = o.max_outstanding;
   lo.seed = o.seed;
+  // Host bytes allocated during the load above what was live before it (intermediate outputs,
+  // inputs, pool blocks): the CPU allocator's own counters.
+  Allocator& host = allocator(Device::cpu());
+  const int64_t host_before = host.stats().current_bytes;
+  host.reset_peak();
   {
     auto policy = make_policy(model, ex, po);
     s = simulated ? run_sim_load(*policy, static_cast<SimExecutor&>(ex), pool, lo)
                   : run_load(*policy, pool, lo);
     sched = policy->stats();
   }
+  const int64_t host_peak = host.stats().peak_bytes - host_before;
   ex.synchronize();
   nlohmann::json ltp;
   if (o.ltp) ltp = latency_bounded_throughput(model, sim_dev, sim_opt, po, pool, lo);
@@ -256,6 +263,7 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"table_dtype", std::string(dtype_name(cfg.table_dtype))},
                           {"threads", cpu_num_threads()}}},
                         {"results", s.to_json()}};
+    j["results"]["host_peak_bytes"] = host_peak;
     if (!sched.empty()) j["results"]["scheduler"] = sched;
     if (!ltp.is_null()) j["results"]["latency_bounded_throughput"] = ltp;
     if (!breakdown.is_null()) j["results"]["breakdown_ms"] = breakdown;
@@ -296,6 +304,12 @@ int run_rec_serve(const RecServeOptions& o) {
                 breakdown["dense"].get<double>());
   if (!sched.empty())
     std::printf("; scheduler %.2f us per issued op", sched["sched_us_per_op"].get<double>());
+  std::printf("; host peak %.2f MiB during the load", double(host_peak) / (1 << 20));
+  if (sched.contains("tensor_pool"))
+    std::printf(" (tensor pool peak %.2f MiB reserved, %lld reuses, %lld violations)",
+                sched["tensor_pool"]["peak_reserved_bytes"].get<double>() / (1 << 20),
+                sched["tensor_pool"]["reuses"].get<long long>(),
+                sched["tensor_pool"]["violations"].get<long long>());
   if (!ltp.is_null())
     std::printf("; latency-bounded throughput %.1f QPS (p99 <= %g ms)", ltp["qps"].get<double>(),
                 o.po.sla_ms);
@@ -331,6 +345,10 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--rho", o->po.rho, "race: share of the parallel units for lookups")
       ->check(positive_up_to(1.0))
+      ->capture_default_str();
+  sub->add_flag("--tensor-pool,!--no-tensor-pool", o->po.tensor_pool,
+                "recos / race / b4: intermediate outputs in the executor's stream-ordered pool "
+                "(default), or allocated per node and held until the query completes")
       ->capture_default_str();
   sub->add_option("--lookup-streams", o->po.lookup_streams, "race: streams of the lookup lane")
       ->check(CLI::Range(1, 1023))

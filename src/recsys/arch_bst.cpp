@@ -42,7 +42,7 @@ int sequence(RecModel::Impl& m) {
   };
   n.run = [self, itc, di, L, T](const QueryState& st, int mt) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows, T, di}, DType::kF32);
+    Tensor out = node_output({rows, T, di});
     float* o = out.data<float>();
     gather_items(self->item_tables, itc, positions(*st.inputs, itc.size(), L), rows * T, o, di, mt);
     const float* pos = self->w("pos_emb").data<float>();
@@ -77,7 +77,7 @@ int self_attention(RecModel::Impl& m, int qkv) {
   n.run = [qkv, T, H, dh](const QueryState& st, int) {
     const int64_t rows = rows_of(st), d = H * dh;
     const float* src = st.values[qkv].data<float>();
-    Tensor out = Tensor::empty({rows * T, d}, DType::kF32);
+    Tensor out = node_output({rows * T, d});
     Tensor q = Tensor::empty({T, H, dh}, DType::kF32), k = Tensor::empty({T, H, dh}, DType::kF32),
            v = Tensor::empty({T, H, dh}, DType::kF32), o = Tensor::empty({T, H, dh}, DType::kF32);
     ops::AttentionParams p;
@@ -151,7 +151,7 @@ int norm(RecModel::Impl& m, const std::string& name, int in_node) {
   };
   n.run = [self, name, in_node, di](const QueryState& st, int) {
     const Tensor& xin = st.values[in_node];
-    Tensor y = Tensor::empty({xin.numel() / di, di}, DType::kF32);
+    Tensor y = node_output({xin.numel() / di, di});
     ops::layer_norm(xin.reshape({xin.numel() / di, di}), self->w(name + ".weight"),
                     self->w(name + ".bias"), y);
     return y;

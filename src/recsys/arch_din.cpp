@@ -2,6 +2,8 @@
 // DIN (Zhou et al. 2018): the candidate c and behaviours s_l from the item tables, attention
 // weights a_l = att([s_l, c, s_l - c, s_l * c]) (no softmax), u = sum_l a_l s_l, score =
 // sigmoid(top([dense, user bags, u, c])). Its config keys, weights and op nodes.
+#include <algorithm>
+
 #include "recsys/architecture.h"
 #include "recsys/node_parts.h"
 #include "tandem/ops/ops.h"
@@ -23,7 +25,7 @@ int candidate(RecModel::Impl& m) {
   };
   n.run = [self, itc, di](const QueryState& st, int mt) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows, di}, DType::kF32);
+    Tensor out = node_output({rows, di});
     gather_items(self->item_tables, itc, st.inputs->item_ids, rows, out.data<float>(), di, mt);
     return out;
   };
@@ -45,7 +47,7 @@ int behaviours(RecModel::Impl& m) {
   };
   n.run = [self, itc, di, L](const QueryState& st, int mt) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows, L, di}, DType::kF32);
+    Tensor out = node_output({rows, L, di});
     gather_items(self->item_tables, itc, st.inputs->seq_ids, rows * L, out.data<float>(), di, mt);
     return out;
   };
@@ -67,7 +69,7 @@ int attention_input(RecModel::Impl& m, int snode, int cnode) {
   };
   n.run = [snode, cnode, di, L](const QueryState& st, int) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows * L, 4 * di}, DType::kF32);
+    Tensor out = node_output({rows * L, 4 * di});
     const float* s = st.values[snode].data<float>();
     const float* cc = st.values[cnode].data<float>();
     float* o = out.data<float>();
@@ -114,10 +116,11 @@ int attention_pool(RecModel::Impl& m, int score, int snode) {
   };
   n.run = [score, snode, di, L](const QueryState& st, int) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::zeros({rows, di}, DType::kF32);
+    Tensor out = node_output({rows, di});
     const float* a = st.values[score].data<float>();
     const float* s = st.values[snode].data<float>();
     float* o = out.data<float>();
+    std::fill(o, o + rows * di, 0.0f);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t l = 0; l < L; ++l)
         for (int64_t e = 0; e < di; ++e) o[r * di + e] += a[r * L + l] * s[(r * L + l) * di + e];

@@ -30,7 +30,7 @@ int dot_interaction(RecModel::Impl& m, int x, const std::vector<int>& bags, int6
   const std::vector<int> ins = n.inputs;
   n.run = [ins, nf, d, top_w](const QueryState& st, int) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows, top_w}, DType::kF32);
+    Tensor out = node_output({rows, top_w});
     float* o = out.data<float>();
     std::vector<const float*> z(ins.size());
     for (size_t i = 0; i < ins.size(); ++i) z[i] = st.values[ins[i]].data<float>();

@@ -76,6 +76,13 @@ void Tracer::write(const std::string& path) const {
   if (!f) throw IoError(cat("error writing trace file '", path, "'"));
 }
 
+void Executor::free_after(void* ptr, size_t bytes, int producer_stream,
+                          const std::vector<StreamFence>& fences) {
+  for (const auto& f : fences)
+    if (f.stream != producer_stream && f.event) wait(producer_stream, *f.event);
+  free_async(ptr, bytes, producer_stream);
+}
+
 std::vector<OpCost> Executor::predict_nodes(const RecModel& model, int64_t rows,
                                             LaunchLimits limits) const {
   const ExecutorInfo in = info();
@@ -164,11 +171,17 @@ bool CpuExecutor::done(Event& e) { return e.query(); }
 
 void* CpuExecutor::alloc_async(size_t bytes, int s) {
   (void)stream(s);
-  return allocator(Device::cpu()).allocate(bytes);
+  return pool_.allocate(bytes, s);
 }
 
-void CpuExecutor::free_async(void* ptr, size_t bytes, int s) {
-  stream(s).launch([ptr, bytes] { allocator(Device::cpu()).deallocate(ptr, bytes); });
+void CpuExecutor::free_async(void* ptr, size_t, int s) {
+  std::shared_ptr<Event> done = create_event();
+  record(*done, s);
+  pool_.release(ptr, {{s, std::move(done)}});
+}
+
+void CpuExecutor::free_after(void* ptr, size_t, int, const std::vector<StreamFence>& fences) {
+  pool_.release(ptr, fences);
 }
 
 ExecutorInfo CpuExecutor::info() const {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "recsys/architecture.h"
 #include "recsys/model_impl.h"
@@ -260,12 +261,30 @@ QueryState RecModel::make_state(const QueryInputs& in) const {
   return st;
 }
 
+namespace {
+// The block for the output of the node this thread runs (set by run_node around the node).
+thread_local OutputBlock t_output;
+
+struct OutputScope {
+  explicit OutputScope(OutputBlock b) { t_output = b; }
+  ~OutputScope() { t_output = {}; }
+};
+}  // namespace
+
+Tensor node_output(const Shape& shape) {
+  const OutputBlock b = std::exchange(t_output, OutputBlock{});
+  const size_t bytes = sizeof(float) * static_cast<size_t>(shape.numel());
+  if (b.data && b.bytes >= bytes) return Tensor::from_blob(b.data, shape, DType::kF32);
+  return Tensor::empty(shape, DType::kF32);
+}
+
 void RecModel::run_node(int id, QueryState& st, int max_threads, Stream* stream) const {
   if (id < 0 || id >= num_nodes())
     throw InvalidArgument(cat("model '", impl_->cfg.name, "': no node ", id));
-  if (!impl_->ops_path)
+  if (!impl_->ops_path) {
+    OutputScope scope(size_t(id) < st.outputs.size() ? st.outputs[size_t(id)] : OutputBlock{});
     st.values[id] = impl_->nodes[id].run(st, max_threads);
-  else
+  } else
     st.values[id] = impl_->run_on_device(id, st, stream ? stream : st.stream);
 }
 

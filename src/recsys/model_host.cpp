@@ -58,7 +58,7 @@ void gather_items(const std::vector<EmbeddingTable>& tabs, const std::vector<Tab
 Tensor concat_rows(const std::vector<const Tensor*>& parts, int64_t rows) {
   int64_t width = 0;
   for (const Tensor* p : parts) width += row_width(*p, rows);
-  Tensor out = Tensor::empty({rows, width}, DType::kF32);
+  Tensor out = node_output({rows, width});
   float* o = out.data<float>();
   int64_t col = 0;
   for (const Tensor* p : parts) {
@@ -75,7 +75,7 @@ Tensor concat_rows(const std::vector<const Tensor*>& parts, int64_t rows) {
 Tensor linear(const Tensor& x2d, const Tensor& w, const Tensor& b, bool relu,
               const Tensor* residual) {
   const int64_t n = x2d.size(0), out = w.size(0);
-  Tensor y = Tensor::empty({n, out}, DType::kF32);
+  Tensor y = node_output({n, out});
   if (n == 0) return y;
   ops::gemm(x2d, w, y, {.trans_b = true});
   ops::add(y, b, y);

@@ -63,6 +63,11 @@ struct RecModel::Impl {
   }
 };
 
+// A node's output tensor [shape] f32: in the OutputBlock run_node was given for the node being
+// run on this thread (taken by the first call, when large enough), else newly allocated. CPU
+// nodes allocate their output with it, and only their output (model.cpp).
+Tensor node_output(const Shape& shape);
+
 // ---- CPU helpers of the nodes (model_host.cpp).
 // Pooled lookups of `rows` bags of one table into out (row stride `stride`), chunks of bags over
 // at most max_threads threads (0 = the CPU default).

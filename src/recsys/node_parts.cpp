@@ -56,7 +56,7 @@ int dense_input(RecModel::Impl& m) {
   };
   n.run = [d](const QueryState& st, int) {
     const int64_t rows = rows_of(st);
-    Tensor t = Tensor::empty({rows, d}, DType::kF32);
+    Tensor t = node_output({rows, d});
     if (rows * d > 0) std::memcpy(t.raw_data(), st.inputs->dense.data(), sizeof(float) * rows * d);
     return t;
   };
@@ -86,7 +86,7 @@ int embedding_bag(RecModel::Impl& m, size_t t) {
   };
   n.run = [self, t, tc, mode](const QueryState& st, int max_threads) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows, tc.dim}, DType::kF32);
+    Tensor out = node_output({rows, tc.dim});
     lookup_bags(self->tables[t], tc.hash, table_salt(tc.name), st.inputs->ids[t].data(),
                 st.inputs->offsets[t].data(), rows, mode, out.data<float>(), tc.dim,
                 self->caches.empty() ? nullptr : self->caches[t].get(), max_threads);
@@ -173,7 +173,7 @@ int sigmoid_out(RecModel::Impl& m, const std::vector<int>& inputs) {
   };
   n.run = [ins](const QueryState& st, int) {
     const int64_t rows = rows_of(st);
-    Tensor out = Tensor::empty({rows, 1}, DType::kF32);
+    Tensor out = node_output({rows, 1});
     float* o = out.data<float>();
     for (int64_t r = 0; r < rows; ++r) {
       float z = 0;

@@ -27,6 +27,9 @@
 //               pipeline gate).
 //   b4          TorchRec lookup-ahead: two streams (lookup, compute), queries FIFO, the pipeline
 //               gate; no budget, no pairing, no fusion: RACE's ablation anchor.
+// Tensor lifetimes (§2.4, tensor_lifetimes.h): with PolicyOptions::tensor_pool and a model on the
+// CPU, every intermediate output lives in a block of the executor's stream-ordered pool, taken
+// when its producer is issued and freed behind its consumers' events when the last is issued.
 // Reconstruction, not the papers' code (their texts are not public). Not implemented: RecOS's
 // optional horizontal fusion of one non-lookup node across queries.
 #include <algorithm>
@@ -37,6 +40,7 @@
 #include <set>
 
 #include "recsys/policy_base.h"
+#include "recsys/tensor_lifetimes.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
 
@@ -103,6 +107,7 @@ class OpScheduler final : public PolicyBase {
       throw InvalidArgument(cat(mode_name(mode), ": lookup_streams ", lookup_streams_,
                                 " must be in [1, streams - 1 = ", k - 1, "]"));
     for (int i = 0; i < k; ++i) streams_.push_back({ex.create_stream()});
+    pooled_ = o.tensor_pool && model.device().is_cpu();
     const Graph g = model.graph(model.config().query_size, device_);
     const int n = g.size();
     succ_.resize(n);
@@ -145,10 +150,19 @@ class OpScheduler final : public PolicyBase {
 
   nlohmann::json stats() const override {
     std::lock_guard lk(mu_);
-    return {{"issued_ops", issued_},
-            {"sched_us_per_op", issued_ ? 1e6 * sched_s_ / double(issued_) : 0.0},
-            {"horizon_us", horizon_us_},
-            {"cross_stream_waits", waits_}};
+    nlohmann::json j = {{"issued_ops", issued_},
+                        {"sched_us_per_op", issued_ ? 1e6 * sched_s_ / double(issued_) : 0.0},
+                        {"horizon_us", horizon_us_},
+                        {"cross_stream_waits", waits_}};
+    if (pooled_) {
+      const StreamPoolStats p = ex_.pool_stats();
+      j["tensor_pool"] = {{"peak_in_use_bytes", p.peak_in_use_bytes},
+                          {"peak_reserved_bytes", p.peak_reserved_bytes},
+                          {"allocations", p.allocations},
+                          {"reuses", p.reuses},
+                          {"violations", p.violations}};
+    }
+    return j;
   }
 
   std::future<Response> submit(std::shared_ptr<const QueryInputs> q,
@@ -173,7 +187,8 @@ class OpScheduler final : public PolicyBase {
     std::vector<int> unissued_preds, stream;
     std::vector<std::shared_ptr<Event>> event;
     std::vector<char> finished;
-    std::vector<double> finish_us;  // predicted finish (executor clock, µs)
+    std::vector<double> finish_us;          // predicted finish (executor clock, µs)
+    std::unique_ptr<QueryTensors> tensors;  // pooled intermediate outputs, or null
     int unfinished = 0, d_unissued = 0;
     bool started = false;
   };
@@ -235,7 +250,21 @@ class OpScheduler final : public PolicyBase {
     q->finish_us.assign(n, 0.0);
     q->unfinished = n;
     for (int i = 0; i < n; ++i) q->d_unissued += lookup_[i] ? 0 : 1;
+    if (pooled_)
+      q->tensors = std::make_unique<QueryTensors>(ex_, succ_, output_bytes(rows), q->job->state);
     return q;
+  }
+
+  // Output bytes of every node for a query of `rows` rows (from the graph), cached per size.
+  const std::vector<size_t>& output_bytes(int64_t rows) {
+    auto& slot = out_bytes_[rows];
+    if (!slot.empty()) return slot;
+    const Graph g = model_.graph(rows, device_);
+    for (const auto& node : g.nodes())
+      slot.push_back(node.output_shapes.empty()
+                         ? 0
+                         : sizeof(float) * static_cast<size_t>(node.output_shapes[0].numel()));
+    return slot;
   }
 
   const std::vector<OpCost>& cost_table(int64_t rows, LaunchLimits limits) {
@@ -381,6 +410,7 @@ class OpScheduler final : public PolicyBase {
           ex_.wait(st.id, *q->event[u]);
           ++waits_;
         }
+      if (q->tensors) q->tensors->produce(i, st.id);
       const OpCost& c = q->cost[i];
       preds.push_back(c.us * (1 + (t_.score ? opt_.alpha * contention(c, s) : 0.0)));
       ops.push_back({&model_, i, &q->job->state, q->seq, to_string(c.cls)});
@@ -398,6 +428,8 @@ class OpScheduler final : public PolicyBase {
       const double pred = preds[k];
       q->event[i] = event;
       q->stream[i] = s;
+      if (q->tensors)
+        for (int u : preds_[i]) q->tensors->consumed(u, st.id, event);
       st.backlog_us += pred;
       q->finish_us[i] = now + st.backlog_us;
       ++st.outstanding;
@@ -448,6 +480,8 @@ class OpScheduler final : public PolicyBase {
   mutable std::mutex mu_;
   std::vector<Stream> streams_;
   std::map<std::pair<int64_t, int>, std::vector<OpCost>> costs_;
+  std::map<int64_t, std::vector<size_t>> out_bytes_;
+  bool pooled_ = false;
   std::priority_queue<Entry, std::vector<Entry>, Later> ready_;
   std::set<WaitKey> waiting_;
   std::vector<std::unique_ptr<Query>> owned_;

@@ -120,13 +120,12 @@ class SimExecutor::SimEvent final : public Event {
 };
 
 struct SimExecutor::Item {
-  enum Kind { kOp, kHost, kRecord, kWait, kFree } kind = kOp;
+  enum Kind { kOp, kHost, kRecord, kWait } kind = kOp;
   std::vector<OpInstance> ops;  // kOp: one op, or a fused group (launch_group)
   LaunchLimits limits;
   std::function<void()> fn;
   std::shared_ptr<EventState> event;
   int64_t generation = 0;
-  void* ptr = nullptr;
 };
 
 struct SimExecutor::Running {
@@ -242,37 +241,19 @@ bool SimExecutor::done(Event& e) { return sim_event(e).query(); }
 void* SimExecutor::alloc_async(size_t bytes, int s) {
   std::lock_guard lk(mu_);
   (void)stream_ref(s);
-  const size_t size = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  auto it = free_blocks_.find(size);
-  void* p;
-  if (it != free_blocks_.end()) {
-    p = it->second;
-    free_blocks_.erase(it);
-    ++reused_;
-  } else {
-    storage_.push_back(std::make_unique<char[]>(size));
-    p = storage_.back().get();
-  }
-  live_blocks_[p] = size;
-  return p;
+  return pool_.allocate(bytes, s);
 }
 
-void SimExecutor::free_async(void* ptr, size_t bytes, int s) {
+void SimExecutor::free_async(void* ptr, size_t, int s) {
   std::lock_guard lk(mu_);
-  auto it = live_blocks_.find(ptr);
-  const size_t size = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  if (it == live_blocks_.end() || it->second != size)
-    throw InvalidArgument(cat("SimExecutor::free_async: ", ptr, " (", bytes,
-                              " bytes) is not a live block of this pool"));
-  Item item;
-  item.kind = Item::kFree;
-  item.ptr = ptr;
-  stream_ref(s).items.push_back(std::move(item));
+  std::shared_ptr<Event> done = create_event();
+  record(*done, s);
+  pool_.release(ptr, {{s, std::move(done)}});
 }
 
-int64_t SimExecutor::reused_blocks() const {
+void SimExecutor::free_after(void* ptr, size_t, int, const std::vector<StreamFence>& fences) {
   std::lock_guard lk(mu_);
-  return reused_;
+  pool_.release(ptr, fences);
 }
 
 ExecutorInfo SimExecutor::info() const {
@@ -401,9 +382,6 @@ bool SimExecutor::settle() {
           if (it.event->completed < it.generation) break;  // parked; no thread blocks
         } else if (it.kind == Item::kRecord) {
           it.event->completed = std::max(it.event->completed, it.generation);
-        } else if (it.kind == Item::kFree) {
-          free_blocks_.emplace(live_blocks_.at(it.ptr), it.ptr);
-          live_blocks_.erase(it.ptr);
         } else {
           auto fn = std::move(it.fn);
           st.items.pop_front();

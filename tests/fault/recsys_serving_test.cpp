@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "../recsys/forwarding_executor.h"
 #include "../recsys/recsys_device.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
@@ -25,34 +26,24 @@ namespace {
 
 constexpr float kFailMarker = 4242.5f, kStallMarker = 7373.25f;
 
-class FaultyExecutor final : public Executor {
+class FaultyExecutor final : public ForwardingExecutor {
  public:
-  explicit FaultyExecutor(const RecModel& model) : dense_(model.config().dense_features) {
+  explicit FaultyExecutor(const RecModel& model)
+      : ForwardingExecutor(cpu_), dense_(model.config().dense_features) {
     last_node_ = model.topological_order().back();
   }
-  int create_stream(int priority) override { return inner_.create_stream(priority); }
-  int num_streams() const override { return inner_.num_streams(); }
-  std::shared_ptr<Event> create_event() override { return inner_.create_event(); }
   void launch(int s, const OpInstance& op, LaunchLimits limits) override {
     const QueryInputs& in = *op.state->inputs;
     if (op.node == last_node_ && marked(in, kFailMarker)) {
       QueryState* st = op.state;  // the last node fails: the earlier ones ran
-      inner_.host(s, [st] {
+      cpu_.host(s, [st] {
         if (!st->error) st->error = std::make_exception_ptr(Error("injected fault: node failed"));
       });
       return;
     }
-    if (op.node == last_node_ && marked(in, kStallMarker)) inner_.host(s, [this] { stall(); });
-    inner_.launch(s, op, limits);
+    if (op.node == last_node_ && marked(in, kStallMarker)) cpu_.host(s, [this] { stall(); });
+    cpu_.launch(s, op, limits);
   }
-  void host(int s, std::function<void()> fn) override { inner_.host(s, std::move(fn)); }
-  void record(Event& e, int s) override { inner_.record(e, s); }
-  void wait(int s, Event& e) override { inner_.wait(s, e); }
-  bool done(Event& e) override { return inner_.done(e); }
-  void* alloc_async(size_t bytes, int s) override { return inner_.alloc_async(bytes, s); }
-  void free_async(void* p, size_t bytes, int s) override { inner_.free_async(p, bytes, s); }
-  ExecutorInfo info() const override { return inner_.info(); }
-  void synchronize() override { inner_.synchronize(); }
 
   void wait_until_stalled() {
     std::unique_lock lk(mu_);
@@ -77,7 +68,7 @@ class FaultyExecutor final : public Executor {
     cv_.wait(lk, [&] { return open_; });
   }
 
-  CpuExecutor inner_{test_cpu_profile()};
+  CpuExecutor cpu_{test_cpu_profile()};
   int64_t dense_;
   int last_node_;
   std::mutex mu_;

@@ -10,7 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "recsys_device.h"
+#include "forwarding_executor.h"
+#include "serving_check.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/sim_executor.h"
@@ -18,71 +19,6 @@
 
 namespace tandem::rec {
 namespace {
-
-struct Fixture {
-  explicit Fixture(const std::string& name, int n_queries = 24)
-      : cfg(zoo_config(name)), model(RecModel::generate(cfg)) {
-    WorkloadOptions w;
-    w.index.dist = IndexDist::kZipf;
-    w.size.dist = SizeDist::kUniform;
-    w.size.min = 1;
-    w.size.max = 9;
-    w.variable_pooling = true;
-    QueryFactory f(cfg, w);
-    for (int i = 0; i < n_queries; ++i) {
-      pool.push_back(std::make_shared<QueryInputs>(f.make(uint64_t(i))));
-      expected.push_back(model.forward(*pool.back()));
-    }
-  }
-  ModelConfig cfg;
-  RecModel model;
-  std::vector<std::shared_ptr<const QueryInputs>> pool;
-  std::vector<std::vector<float>> expected;
-};
-
-// The op-level schedulers (issue 20) next to the baselines.
-const char* const kOpPolicies[] = {"recos", "race", "recos+race", "b4"};
-
-// Runs `clients` closed-loop clients on the CPU executor (wall clock, duration_s), or on `sim`
-// (simulated time) when given, and checks every answer against sequential execution.
-void check_policy(Fixture& fx, const PolicyOptions& po, int clients, SimExecutor* sim = nullptr,
-                  double duration_s = 0.4) {
-  CpuExecutor cpu(test_cpu_profile());
-  Executor& ex = sim ? static_cast<Executor&>(*sim) : cpu;
-  auto policy = make_policy(fx.model, ex, po);
-  std::mutex mu;
-  std::set<int64_t> ids;
-  int64_t responses = 0, mismatches = 0, duplicates = 0;
-  LoadOptions lo;
-  lo.clients = clients;
-  lo.duration_s = duration_s;
-  lo.warmup_s = 0;
-  lo.on_response = [&](size_t index, const Response& r) {
-    std::lock_guard lk(mu);
-    ++responses;
-    if (!ids.insert(r.id).second) ++duplicates;
-    const auto& want = fx.expected[index];
-    bool same = r.scores.size() == want.size();
-    for (size_t i = 0; same && i < want.size(); ++i)
-      // Merged batches run GEMMs of other shapes, so allow float rounding there only.
-      same = po.policy == "dynamic-batch" ? std::abs(r.scores[i] - want[i]) <= 1e-6f
-                                          : r.scores[i] == want[i];
-    if (!same) ++mismatches;
-  };
-  const LoadStats s =
-      sim ? run_sim_load(*policy, *sim, fx.pool, lo) : run_load(*policy, fx.pool, lo);
-  EXPECT_GT(responses, clients) << po.policy;
-  EXPECT_EQ(s.errors, 0) << po.policy;
-  EXPECT_EQ(mismatches, 0) << po.policy << " " << fx.cfg.name;
-  EXPECT_EQ(duplicates, 0) << po.policy;
-  EXPECT_EQ(s.completed, responses) << po.policy;
-  EXPECT_EQ(int64_t(ids.size()), responses);
-  // Ids are the submit order 0..n-1: none lost.
-  EXPECT_EQ(*ids.rbegin(), responses - 1) << po.policy;
-  EXPECT_GT(s.latency_ms.p99, 0);
-  EXPECT_LE(s.latency_ms.p50, s.latency_ms.p99);
-  EXPECT_LE(s.queue_ms.mean, s.latency_ms.mean);
-}
 
 TEST(RecServing, EveryPolicyReturnsTheSequentialResultsUnderLoad) {
   for (const char* model : {"tiny-dlrm", "tiny-din", "tiny-bst"}) {
@@ -379,39 +315,22 @@ TEST(RecServing, SimGpuThreeQueriesHandBuiltSchedules) {
 
 // Fails the last node of every query whose first dense value is kFailMarker, the way the
 // executors record a throwing node; delegates everything else.
-class FailingExecutor final : public Executor {
+class FailingExecutor final : public ForwardingExecutor {
  public:
   static constexpr float kFailMarker = 4242.5f;
-  FailingExecutor(Executor& inner, int last_node) : inner_(inner), last_(last_node) {}
-  int create_stream(int priority) override { return inner_.create_stream(priority); }
-  int num_streams() const override { return inner_.num_streams(); }
-  std::shared_ptr<Event> create_event() override { return inner_.create_event(); }
+  FailingExecutor(Executor& inner, int last_node) : ForwardingExecutor(inner), last_(last_node) {}
   void launch(int s, const OpInstance& op, LaunchLimits limits) override {
     if (op.node == last_ && op.state->inputs->dense.at(0) == kFailMarker) {
       QueryState* st = op.state;
-      inner_.host(s, [st] {
+      inner().host(s, [st] {
         if (!st->error) st->error = std::make_exception_ptr(Error("injected fault: node failed"));
       });
       return;
     }
-    inner_.launch(s, op, limits);
-  }
-  void host(int s, std::function<void()> fn) override { inner_.host(s, std::move(fn)); }
-  void record(Event& e, int s) override { inner_.record(e, s); }
-  void wait(int s, Event& e) override { inner_.wait(s, e); }
-  bool done(Event& e) override { return inner_.done(e); }
-  void* alloc_async(size_t bytes, int s) override { return inner_.alloc_async(bytes, s); }
-  void free_async(void* p, size_t bytes, int s) override { inner_.free_async(p, bytes, s); }
-  ExecutorInfo info() const override { return inner_.info(); }
-  void synchronize() override { inner_.synchronize(); }
-  Clock::time_point now() const override { return inner_.now(); }
-  std::vector<OpCost> predict_nodes(const RecModel& m, int64_t rows,
-                                    LaunchLimits limits) const override {
-    return inner_.predict_nodes(m, rows, limits);
+    inner().launch(s, op, limits);
   }
 
  private:
-  Executor& inner_;
   int last_;
 };
 

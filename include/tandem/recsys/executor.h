@@ -18,8 +18,9 @@
 //
 // Departures from the spec's interface: stream priorities are recorded but the CPU worker pool
 // serves runnable queues in FIFO order; on_done(event, fn) is host(stream, fn) (a callback in the
-// order of the stream it was issued on); alloc_async returns accounted host memory at once and
-// free_async releases it when the stream reaches that point. When a node throws, the error is kept
+// order of the stream it was issued on); alloc_async / free_async / free_after are a StreamPool
+// (core/stream_pool.h) of host blocks: free_async(p, s) lets later work on s reuse the block at
+// once and other streams once s reaches the free. When a node throws, the error is kept
 // in QueryState::error and the query's later nodes are skipped. Thread-safety: all methods may be
 // called from any thread.
 #pragma once
@@ -37,6 +38,7 @@
 
 #include "tandem/core/cluster.h"
 #include "tandem/core/stream.h"
+#include "tandem/core/stream_pool.h"
 #include "tandem/export.h"
 #include "tandem/recsys/model.h"
 
@@ -131,6 +133,15 @@ class TANDEM_API Executor {
   virtual bool done(Event& event) = 0;
   virtual void* alloc_async(size_t bytes, int stream) = 0;
   virtual void free_async(void* ptr, size_t bytes, int stream) = 0;
+  // The deferred free of a tensor whose consumers ran on several streams (the recsys spec §2.4):
+  // `ptr` (from alloc_async on `producer_stream`) may be handed out again once every fence (an
+  // event recorded on its stream after the tensor's last consumer there) has fired. Executors
+  // with a StreamPool put it on the pool's pending list (spec option (a)); this default is option
+  // (b): producer_stream waits on the other streams' fences, then free_async on it.
+  virtual void free_after(void* ptr, size_t bytes, int producer_stream,
+                          const std::vector<StreamFence>& fences);
+  // Counters of the pool behind alloc_async (zeros where the executor has none).
+  virtual StreamPoolStats pool_stats() const { return {}; }
   virtual ExecutorInfo info() const = 0;
   // Blocks until every stream is idle; re-throws the first error a host callback raised.
   virtual void synchronize() = 0;
@@ -168,6 +179,10 @@ class TANDEM_API CpuExecutor final : public Executor {
   bool done(Event& event) override;
   void* alloc_async(size_t bytes, int stream) override;
   void free_async(void* ptr, size_t bytes, int stream) override;
+  void free_after(void* ptr, size_t bytes, int producer_stream,
+                  const std::vector<StreamFence>& fences) override;
+  StreamPoolStats pool_stats() const override { return pool_.stats(); }
+  std::vector<std::string> pool_violations() const { return pool_.violation_messages(); }
   ExecutorInfo info() const override;
   void synchronize() override;
 
@@ -176,6 +191,7 @@ class TANDEM_API CpuExecutor final : public Executor {
   DeviceProfile device_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Stream>> streams_;
+  StreamPool pool_{Device::cpu()};
 };
 
 // DeviceExecutor: the Executor over a device's streams (cuda:0 in practice; the CPU works too and

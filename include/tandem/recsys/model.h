@@ -92,10 +92,21 @@ struct CostClassOptions {
 TANDEM_API CostClass classify(const OpNode& node, const DeviceProfile& device,
                               const CostClassOptions& opt = {});
 
+// Storage a scheduler hands a node for its output (a block of the executor's stream-ordered
+// pool, the recsys spec §2.4): host memory of `bytes` bytes that the scheduler owns.
+struct OutputBlock {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 // Per-query execution state: one output tensor per node, filled by run_node.
 struct QueryState {
   const QueryInputs* inputs = nullptr;
   std::vector<Tensor> values;  // indexed by node id
+  // Indexed by node id (or empty): where set, a CPU node writes its output into that block and
+  // values[id] views it (it does not own it; the block is valid until the scheduler frees it).
+  // Nodes whose output is a view of an input, and the device path, leave the block unused.
+  std::vector<OutputBlock> outputs;
   // For a model on a device: the default stream of the model's device its nodes enqueue on
   // (nullptr: each op runs synchronously; run_node may name another). Values are device tensors.
   Stream* stream = nullptr;
@@ -129,8 +140,9 @@ class TANDEM_API RecModel {
 
   QueryState make_state(const QueryInputs& in) const;
   // Runs one node (its inputs must have run). `max_threads` caps its intra-op threads (0 = the
-  // CPU default). On a device the node's work is enqueued on `stream` (a stream of the model's
-  // device; nullptr: st.stream), and the output is complete once that stream reaches it.
+  // CPU default). The output goes to st.outputs[id] when that block is set and large enough. On a
+  // device the node's work is enqueued on `stream` (a stream of the model's device; nullptr:
+  // st.stream), and the output is complete once that stream reaches it.
   void run_node(int id, QueryState& st, int max_threads = 0, Stream* stream = nullptr) const;
   // The scores of the last node (rows values). Synchronizes st.stream first when it is set;
   // copies them from a device.

@@ -77,6 +77,10 @@ struct PolicyOptions {
   double event_us = 2;     // t_event: the cost of one cross-stream wait
   double rho = 0.5;        // RACE lookup budget: share of the parallel units for lookups
   int lookup_streams = 1;  // RACE lane E (K_E); lane D gets streams - lookup_streams (>= 1)
+  // recos, race, recos+race, b4 with a model on the CPU: intermediate outputs in blocks of the
+  // executor's stream-ordered pool, freed behind their consumers (the recsys spec §2.4); false:
+  // each node allocates its output, held until the query completes.
+  bool tensor_pool = true;
 };
 
 class TANDEM_API ServingPolicy {

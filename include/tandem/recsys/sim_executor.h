@@ -32,9 +32,10 @@
 // Same device, seed and sequence of calls -> the same schedule, bit for bit. Departures from a
 // GPU: copies are elided (one address space, as on the CPU executor); stream priorities order which
 // runnable stream head is served first at the same instant, they do not preempt. alloc_async /
-// free_async are a stream-ordered pool of blocks: a freed block returns to the pool when its stream
-// reaches the free. Thread-safety: every method may be called from any thread (one recursive
-// lock), but the simulation is deterministic only when one thread drives it.
+// free_async / free_after are a StreamPool (core/stream_pool.h) whose fences are simulated
+// events: free_async(p, s) lets later work on s reuse the block at once and other streams once s
+// reaches the free in simulated time. Thread-safety: every method may be called from any thread
+// (one recursive lock), but the simulation is deterministic only when one thread drives it.
 #pragma once
 
 #include <cstdint>
@@ -111,6 +112,10 @@ class TANDEM_API SimExecutor final : public Executor {
   bool done(Event& event) override;
   void* alloc_async(size_t bytes, int stream) override;
   void free_async(void* ptr, size_t bytes, int stream) override;
+  void free_after(void* ptr, size_t bytes, int producer_stream,
+                  const std::vector<StreamFence>& fences) override;
+  StreamPoolStats pool_stats() const override { return pool_.stats(); }
+  std::vector<std::string> pool_violations() const { return pool_.violation_messages(); }
   ExecutorInfo info() const override;
   // Runs the simulation until every stream is empty; re-throws the first error a host callback
   // raised. Infeasible when streams wait on events nothing will record (a deadlock).
@@ -134,8 +139,8 @@ class TANDEM_API SimExecutor final : public Executor {
   // The model above without jitter: what the schedulers' cost tables hold on this executor.
   std::vector<OpCost> predict_nodes(const RecModel& model, int64_t rows,
                                     LaunchLimits limits = {}) const override;
-  // Pool statistics: blocks handed out again after a free, and the largest number of bytes live.
-  int64_t reused_blocks() const;
+  // Blocks alloc_async handed out again after a free (pool_stats().reuses).
+  int64_t reused_blocks() const { return pool_.stats().reuses; }
   const SimDevice& device() const { return dev_; }
 
  private:
@@ -164,11 +169,7 @@ class TANDEM_API SimExecutor final : public Executor {
   std::vector<SimSpan> schedule_;
   mutable std::map<std::pair<const RecModel*, int64_t>, std::vector<OpNode>> graphs_;
   std::exception_ptr error_;
-  // Stream-ordered pool: free blocks by size; blocks handed out.
-  std::multimap<size_t, void*> free_blocks_;
-  std::map<void*, size_t> live_blocks_;
-  std::vector<std::unique_ptr<char[]>> storage_;
-  int64_t reused_ = 0;
+  StreamPool pool_{Device::cpu()};
 };
 
 // Closed-loop load in simulated time: `options.clients` clients each submit a query, wait for its

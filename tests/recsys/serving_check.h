@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the serving tests share: a model with a pool of queries and their sequential scores, and
+// check_policy, which serves them under closed-loop load and checks every answer.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "recsys_device.h"
+#include "tandem/recsys/serving.h"
+#include "tandem/recsys/sim_executor.h"
+#include "tandem/recsys/workload.h"
+
+namespace tandem::rec {
+
+struct Fixture {
+  explicit Fixture(const std::string& name, int n_queries = 24)
+      : cfg(zoo_config(name)), model(RecModel::generate(cfg)) {
+    WorkloadOptions w;
+    w.index.dist = IndexDist::kZipf;
+    w.size.dist = SizeDist::kUniform;
+    w.size.min = 1;
+    w.size.max = 9;
+    w.variable_pooling = true;
+    QueryFactory f(cfg, w);
+    for (int i = 0; i < n_queries; ++i) {
+      pool.push_back(std::make_shared<QueryInputs>(f.make(uint64_t(i))));
+      expected.push_back(model.forward(*pool.back()));
+    }
+  }
+  ModelConfig cfg;
+  RecModel model;
+  std::vector<std::shared_ptr<const QueryInputs>> pool;
+  std::vector<std::vector<float>> expected;
+};
+
+// The op-level schedulers (issue 20) next to the baselines.
+inline const char* const kOpPolicies[] = {"recos", "race", "recos+race", "b4"};
+
+// Runs `clients` closed-loop clients on the CPU executor (wall clock, duration_s; `wall`, or a
+// CpuExecutor of its own when null), or on `sim` (simulated time) when given, and checks every
+// answer against sequential execution.
+inline void check_policy(Fixture& fx, const PolicyOptions& po, int clients,
+                         SimExecutor* sim = nullptr, double duration_s = 0.4,
+                         Executor* wall = nullptr) {
+  CpuExecutor cpu(test_cpu_profile());
+  Executor& ex = sim ? static_cast<Executor&>(*sim) : wall ? *wall : cpu;
+  auto policy = make_policy(fx.model, ex, po);
+  std::mutex mu;
+  std::set<int64_t> ids;
+  int64_t responses = 0, mismatches = 0, duplicates = 0;
+  LoadOptions lo;
+  lo.clients = clients;
+  lo.duration_s = duration_s;
+  lo.warmup_s = 0;
+  lo.on_response = [&](size_t index, const Response& r) {
+    std::lock_guard lk(mu);
+    ++responses;
+    if (!ids.insert(r.id).second) ++duplicates;
+    const auto& want = fx.expected[index];
+    bool same = r.scores.size() == want.size();
+    for (size_t i = 0; same && i < want.size(); ++i)
+      // Merged batches run GEMMs of other shapes, so allow float rounding there only.
+      same = po.policy == "dynamic-batch" ? std::abs(r.scores[i] - want[i]) <= 1e-6f
+                                          : r.scores[i] == want[i];
+    if (!same) ++mismatches;
+  };
+  const LoadStats s =
+      sim ? run_sim_load(*policy, *sim, fx.pool, lo) : run_load(*policy, fx.pool, lo);
+  EXPECT_GT(responses, clients) << po.policy;
+  EXPECT_EQ(s.errors, 0) << po.policy;
+  EXPECT_EQ(mismatches, 0) << po.policy << " " << fx.cfg.name;
+  EXPECT_EQ(duplicates, 0) << po.policy;
+  EXPECT_EQ(s.completed, responses) << po.policy;
+  EXPECT_EQ(int64_t(ids.size()), responses);
+  // Ids are the submit order 0..n-1: none lost.
+  EXPECT_EQ(*ids.rbegin(), responses - 1) << po.policy;
+  EXPECT_GT(s.latency_ms.p99, 0);
+  EXPECT_LE(s.latency_ms.p50, s.latency_ms.p99);
+  EXPECT_LE(s.queue_ms.mean, s.latency_ms.mean);
+}
+
+}  // namespace tandem::rec
