@@ -16,15 +16,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from svgplot import Panel, document  # noqa: E402
 
 COLOURS = {"fcfs": "#d62728", "stream-pool": "#1f77b4", "instances": "#2ca02c",
-           "dynamic-batch": "#9467bd"}
+           "dynamic-batch": "#9467bd", "b4": "#8c564b", "recos": "#ff7f0e", "race": "#17becf",
+           "recos+race": "#e377c2"}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bench_json")
     ap.add_argument("--out-dir", default=".")
+    ap.add_argument("--key", help="plot the bench document under this key of the JSON (e.g. sim_h100 "
+                    "in docs/results/recsys-recos-*.json)")
+    ap.add_argument("--stem", default="recsys_latency_vs_load",
+                    help="name of the SVG written into --out-dir (without .svg)")
+    ap.add_argument("--on", help="what the title says the run was on (default: the document's CPU)")
     args = ap.parse_args()
     doc = json.load(open(args.bench_json))
+    if args.key:
+        doc = doc[args.key]
     open_loop = [c for c in doc.get("curves", []) if c.get("rate_qps", 0) > 0]
     curves = [c for c in doc.get("curves", []) if c.get("rate_qps", 0) <= 0]
     models = list(dict.fromkeys(c["model"] for c in curves))
@@ -32,7 +40,7 @@ def main():
     W, PW, PH = 980, 400, 220
     H = 70 + len(models) * (PH + 80)
     svg = document(W, H, "tandem recsys: latency vs load on "
-                   f'{doc.get("system", {}).get("cpu", "CPU")} (solid p99, dashed p50)', policies, COLOURS)
+                   f'{args.on or doc.get("system", {}).get("cpu", "CPU")} (solid p99, dashed p50)', policies, COLOURS)
     for i, m in enumerate(models):
         rows = [c for c in curves if c["model"] == m]
         xs = sorted({c["clients"] for c in rows})
@@ -51,7 +59,7 @@ def main():
             svg += b.line([(c["clients"], c["throughput_qps"]) for c in pr], col)
     svg.append("</svg>")
     os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "recsys_latency_vs_load.svg"), "w") as f:
+    with open(os.path.join(args.out_dir, args.stem + ".svg"), "w") as f:
         f.write("\n".join(svg) + "\n")
 
     md = ["# tandem recsys benchmark results", "",
@@ -97,7 +105,7 @@ def main():
         md.append("")
     with open(os.path.join(args.out_dir, "recsys.md"), "w") as f:
         f.write("\n".join(md))
-    print(f"wrote {args.out_dir}/recsys_latency_vs_load.svg and recsys.md ({len(curves)} points)")
+    print(f"wrote {args.out_dir}/{args.stem}.svg and recsys.md ({len(curves)} points)")
 
 
 if __name__ == "__main__":
