@@ -186,13 +186,15 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
   for (const auto& name : plan.extra["offload"]["uploads"])
     upload_bytes += static_cast<double>(g.tensor(g.find_tensor(name)).shape.numel()) * 4;
 
-  testing::ShapedLink link(50);
+  std::string no_link;
+  const std::unique_ptr<testing::ShapedLink> link = testing::ShapedLink::make(50, &no_link);
+  if (!link) GTEST_SKIP() << no_link;
   fixtures::TempDir dir("offload-netns");
   const sched::ClusterKey key = sched::ClusterKey::generate();
   const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
   key.save(key_path);
-  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link.ns()},
-                                 "tcp://" + link.cloud_ip() + ":0");
+  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link->ns()},
+                                 "tcp://" + link->cloud_ip() + ":0");
   const std::map<std::string, std::string> workers{{"cloud", cloud.endpoint()}};
   sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 120);
   o.emulate_devices = o.emulate_links = false;  // the kernel shapes the link
@@ -200,7 +202,7 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
   const sched::LinkEstimate fast = sched::probe_link("cloud", edge_and_cloud(), workers, o);
   EXPECT_GT(fast.bandwidth_bytes_per_s, 0);
   EXPECT_GT(fast.rtt_s, 0);
-  const long long sent0 = link.sent_bytes();
+  const long long sent0 = link->sent_bytes();
   auto run = [&](uint64_t first, int frames, const std::function<void()>& after_first) {
     sched::Pipeline pipe(plan, edge_and_cloud(), workers, o);
     std::vector<sched::Request> reqs;
@@ -220,9 +222,9 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
     }
   };
   run(0, 3, nullptr);
-  EXPECT_GE(static_cast<double>(link.sent_bytes() - sent0), 3 * upload_bytes)
+  EXPECT_GE(static_cast<double>(link->sent_bytes() - sent0), 3 * upload_bytes)
       << "the uploads did not go through the shaped uplink";
-  run(3, 3, [&] { link.set_rate(10); });  // the rate drops mid-stream
+  run(3, 3, [&] { link->set_rate(10); });  // the rate drops mid-stream
   const sched::LinkEstimate slow = sched::probe_link("cloud", edge_and_cloud(), workers, o);
   std::printf("probe: %.1f Mbit/s (rtt %.2f ms) at 50, %.1f Mbit/s (rtt %.2f ms) at 10\n",
               fast.bandwidth_bytes_per_s * 8e-6, fast.rtt_s * 1e3,
@@ -287,13 +289,15 @@ TEST(Offload, AdaptsThePlanWhenTheLinkSlowsDown) {
   const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
   const ClusterSpec cluster = ClusterSpec::from_json_file(
       (std::filesystem::path(TANDEM_CLUSTERS_DIR) / "edge-cloud.json").string());
-  testing::ShapedLink link(50);
+  std::string no_link;
+  const std::unique_ptr<testing::ShapedLink> link = testing::ShapedLink::make(50, &no_link);
+  if (!link) GTEST_SKIP() << no_link;
   fixtures::TempDir dir("offload-adapt");
   const sched::ClusterKey key = sched::ClusterKey::generate();
   const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
   key.save(key_path);
-  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link.ns()},
-                                 "tcp://" + link.cloud_ip() + ":0");
+  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link->ns()},
+                                 "tcp://" + link->cloud_ip() + ":0");
   sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 300);
   o.emulate_devices = o.emulate_links = false;
   // After the drop a probe sized for 50 Mbit/s holds the 5 Mbit/s link for over a second, and
@@ -303,7 +307,7 @@ TEST(Offload, AdaptsThePlanWhenTheLinkSlowsDown) {
   const AdaptiveReport r = run_offload_adaptive(
       g, model.string(), cluster, cost, {{"cloud", cloud.endpoint()}}, o, image,
       {.system = "decc", .frames = 6, .frames_per_probe = 2}, [&](const AdaptiveSegment& s) {
-        if (s.first_frame == 0) link.set_rate(5);
+        if (s.first_frame == 0) link->set_rate(5);
       });
   ASSERT_EQ(r.segments.size(), 3u);
   EXPECT_TRUE(r.segments[0].replanned);

@@ -5,16 +5,18 @@
 // Needs root (CAP_NET_ADMIN) and iproute2's `ip` and `tc`; unavailable() says why not, so a test
 // can skip with the reason. The namespace (and with it the veth pair) is deleted on destruction.
 //
-//   if (auto why = ShapedLink::unavailable(); !why.empty()) GTEST_SKIP() << why;
-//   ShapedLink link(50);                        // Mbit/s
-//   // run a process in it: {"ip", "netns", "exec", link.ns(), ...}; reach it at link.cloud_ip()
-//   link.set_rate(10);                          // tc qdisc change, mid-run
+//   std::string why;
+//   auto link = ShapedLink::make(50, &why);     // Mbit/s
+//   if (!link) GTEST_SKIP() << why;
+//   // run a process in it: {"ip", "netns", "exec", link->ns(), ...}; reach it at link->cloud_ip()
+//   link->set_rate(10);                         // tc qdisc change, mid-run
 #pragma once
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +30,19 @@ class ShapedLink {
     if (std::system("command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1") != 0)
       return "iproute2's ip and tc are not installed";
     return "";
+  }
+
+  // A link at `mbit_per_s`, or nullptr with *why set when this machine cannot make one (not root,
+  // no iproute2, or a namespace, veth or tbf the kernel or container refuses): tests skip then.
+  static std::unique_ptr<ShapedLink> make(double mbit_per_s, std::string* why) {
+    *why = unavailable();
+    if (!why->empty()) return nullptr;
+    try {
+      return std::make_unique<ShapedLink>(mbit_per_s);
+    } catch (const std::exception& e) {
+      *why = e.what();
+      return nullptr;
+    }
   }
 
   explicit ShapedLink(double mbit_per_s) {
