@@ -96,6 +96,26 @@ std::vector<Tensor> run_split(const sched::PipelinePlan& plan, const Tensor& ima
   return outs;
 }
 
+// The cloud side of the worker tests: a cluster key in a temporary folder and one `tandem worker`
+// holding it, on loopback or (with a ShapedLink) inside the link's namespace at its cloud address.
+struct CloudWorker {
+  explicit CloudWorker(const std::string& tag, const testing::ShapedLink* link = nullptr)
+      : dir(tag), key(sched::ClusterKey::generate()) {
+    const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
+    key.save(key_path);
+    worker = link ? std::make_unique<sched::test::ChildWorker>(
+                        dir.path(), "cloud", key_path,
+                        std::vector<std::string>{"ip", "netns", "exec", link->ns()},
+                        "tcp://" + link->cloud_ip() + ":0")
+                  : std::make_unique<sched::test::ChildWorker>(dir.path(), "cloud", key_path);
+  }
+  std::map<std::string, std::string> workers() const { return {{"cloud", worker->endpoint()}}; }
+
+  fixtures::TempDir dir;
+  sched::ClusterKey key;
+  std::unique_ptr<sched::test::ChildWorker> worker;
+};
+
 class Offload : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Offload, SplitsEqualOneDevice) {
@@ -189,14 +209,9 @@ TEST(Offload, CloudWorkerBehindAShapedLink) {
   std::string no_link;
   const std::unique_ptr<testing::ShapedLink> link = testing::ShapedLink::make(50, &no_link);
   if (!link) GTEST_SKIP() << no_link;
-  fixtures::TempDir dir("offload-netns");
-  const sched::ClusterKey key = sched::ClusterKey::generate();
-  const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
-  key.save(key_path);
-  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link->ns()},
-                                 "tcp://" + link->cloud_ip() + ":0");
-  const std::map<std::string, std::string> workers{{"cloud", cloud.endpoint()}};
-  sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 120);
+  const CloudWorker cloud("offload-netns", link.get());
+  const std::map<std::string, std::string> workers = cloud.workers();
+  sched::PipelineOptions o = sched::test::worker_pipeline_options(cloud.key, 120);
   o.emulate_devices = o.emulate_links = false;  // the kernel shapes the link
   // The probe (sched/probe.h) over the same link: the uplink's bandwidth at 50 Mbit/s, then at 10.
   const sched::LinkEstimate fast = sched::probe_link("cloud", edge_and_cloud(), workers, o);
@@ -251,21 +266,17 @@ TEST(Offload, LostCloudFallsBackToTheEdgeAlone) {
   ASSERT_GE(plan.extra["offload"]["steps"].get<int>(), 2);
   const Tensor image = testing::random_tensor(g.tensor(g.inputs()[0]).shape, 17);
   const Tensor want = Executor(g, {.winograd = false}).run({image}).at(0);
-  fixtures::TempDir dir("offload-fault");
-  const sched::ClusterKey key = sched::ClusterKey::generate();
-  const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
-  key.save(key_path);
-  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path);
-  sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 120);
+  CloudWorker cloud("offload-fault");
+  sched::PipelineOptions o = sched::test::worker_pipeline_options(cloud.key, 120);
   o.emulate_devices = o.emulate_links = false;
   o.replan_plan = offload_fallback(g, model.string(), "edge");
-  sched::Pipeline pipe(plan, edge_and_cloud(), {{"cloud", cloud.endpoint()}}, o);
+  sched::Pipeline pipe(plan, edge_and_cloud(), cloud.workers(), o);
   std::vector<sched::Request> reqs;
   for (uint64_t id = 0; id < 8; ++id) reqs.push_back(offload_request(plan, id, image));
   std::map<uint64_t, int> delivered;
   const sched::RunReport r = pipe.run(std::move(reqs), [&](uint64_t id,
                                                            const std::vector<sched::Packet>& out) {
-    if (delivered.empty()) cloud.signal(SIGKILL);
+    if (delivered.empty()) cloud.worker->signal(SIGKILL);
     ++delivered[id];
     const Tensor got = out.back().tensors.at(0).contiguous();
     EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())))
@@ -292,20 +303,15 @@ TEST(Offload, AdaptsThePlanWhenTheLinkSlowsDown) {
   std::string no_link;
   const std::unique_ptr<testing::ShapedLink> link = testing::ShapedLink::make(50, &no_link);
   if (!link) GTEST_SKIP() << no_link;
-  fixtures::TempDir dir("offload-adapt");
-  const sched::ClusterKey key = sched::ClusterKey::generate();
-  const std::string key_path = (std::filesystem::path(dir.path()) / "cluster.key").string();
-  key.save(key_path);
-  sched::test::ChildWorker cloud(dir.path(), "cloud", key_path, {"ip", "netns", "exec", link->ns()},
-                                 "tcp://" + link->cloud_ip() + ":0");
-  sched::PipelineOptions o = sched::test::worker_pipeline_options(key, 300);
+  const CloudWorker cloud("offload-adapt", link.get());
+  sched::PipelineOptions o = sched::test::worker_pipeline_options(cloud.key, 300);
   o.emulate_devices = o.emulate_links = false;
   // After the drop a probe sized for 50 Mbit/s holds the 5 Mbit/s link for over a second, and
   // heartbeats wait behind it on the same connection.
   o.client.heartbeat_timeout_s = 15;
   const AnalyticCostModel cost;
   const AdaptiveReport r = run_offload_adaptive(
-      g, model.string(), cluster, cost, {{"cloud", cloud.endpoint()}}, o, image,
+      g, model.string(), cluster, cost, cloud.workers(), o, image,
       {.system = "decc", .frames = 6, .frames_per_probe = 2}, [&](const AdaptiveSegment& s) {
         if (s.first_frame == 0) link->set_rate(5);
       });

@@ -437,7 +437,7 @@ TEST(SchedLinkTracker, SmoothsAndFlagsMovesPastTheThreshold) {
   EXPECT_DOUBLE_EQ(t.bandwidth(), 0.75e6);
   EXPECT_TRUE(t.moved_from(1e6));
   EXPECT_FALSE(t.moved_from(0.8e6));  // 6% from that plan's
-  t.restart();                         // the next sample is the estimate again
+  t.restart();                        // the next sample is the estimate again
   t.add(0.1e6);
   EXPECT_DOUBLE_EQ(t.bandwidth(), 0.1e6);
   EXPECT_THROW(t.add(0), InvalidArgument);
