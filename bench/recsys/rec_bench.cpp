@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   double duration = 1.0, warmup = 0.2, table_budget_mib = 256, sim_duration = 0.05;
   int64_t query_size = 0, emb_table_mib = 512;
   int streams = 4;
+  double urgent_slack_ms = PolicyOptions{}.urgent_slack_ms;
+  int fuse_across = PolicyOptions{}.fuse_across;
   bool skip_curves = false, skip_kernels = false;
   app.add_option("--models", models, "Zoo models")->capture_default_str();
   app.add_option("--clients", clients, "Client counts")->capture_default_str();
@@ -183,6 +185,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--warmup", warmup, "Warm-up seconds per point")->capture_default_str();
   app.add_option("--streams", streams, "Streams / instances")->capture_default_str();
+  app.add_option("--urgent-slack-ms", urgent_slack_ms,
+                 "Op-level policies: slack below which ops go least slack first ('inf': all)")
+      ->capture_default_str();
+  app.add_option("--fuse-across", fuse_across,
+                 "recos / recos+race: horizontal fusion of up to this many queries' ops (1 = off)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--table-budget", table_budget_mib, "MiB of tables per model")
       ->capture_default_str();
   app.add_option("--query-size", query_size, "Rows per query (0 = model default)");
@@ -203,6 +212,8 @@ int main(int argc, char** argv) {
                             {"sim_duration_s", sim_duration},
                             {"warmup_s", warmup},
                             {"streams", streams},
+                            {"urgent_slack_ms", urgent_slack_ms},
+                            {"fuse_across", fuse_across},
                             {"table_budget_mib", table_budget_mib},
                             {"threads", cpu_num_threads()}}}};
     auto& reg = BackendRegistry::global();
@@ -253,6 +264,8 @@ int main(int argc, char** argv) {
               PolicyOptions po;
               po.policy = pol;
               po.streams = streams;
+              po.urgent_slack_ms = urgent_slack_ms;
+              po.fuse_across = fuse_across;
               po.max_batch_rows = 4 * cfg.query_size;
               po.max_queue_delay_us = 2000;
               auto policy = make_policy(model, *ex, po);

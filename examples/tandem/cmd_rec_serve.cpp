@@ -340,8 +340,18 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(number_in(0.0, 1e6))
       ->capture_default_str();
   sub->add_option("--horizon-us", o->po.horizon_us,
-                  "recos / race: issue horizon (0 = 2 x the median op duration)")
+                  "recos / race: issue horizon (0 = 0.4 x the median op duration)")
       ->check(number_in(0.0, 1e9))
+      ->capture_default_str();
+  sub->add_option("--urgent-slack-ms", o->po.urgent_slack_ms,
+                  "recos / race: ops of queries with less slack than this go least slack first, "
+                  "the rest earliest deadline first ('inf': least slack for all, the spec's rule)")
+      ->capture_default_str();
+  sub->add_option(
+         "--fuse-across", o->po.fuse_across,
+         "recos / recos+race: horizontal fusion, up to this many queries' instances of one "
+         "graph node in one launch (1 = off)")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   sub->add_option("--rho", o->po.rho, "race: share of the parallel units for lookups")
       ->check(positive_up_to(1.0))

@@ -13,8 +13,10 @@
 // 2x; the SimGPU sweep preferred issuing just in time).
 //
 // Configurations (Mode):
-//   recos       heap key least slack d_j - CP_j(i), then business priority, then arrival; stream
-//               score max(backlog_s, t_dep) + c (1 + alpha contention) + beta n_x t_event.
+//   recos       ready queue (ready_queue.h): least slack d_j - now - CP_j(i) for ops whose slack
+//               is below PolicyOptions::urgent_slack_ms, earliest query deadline for the rest
+//               (then business priority, arrival, critical path); stream score
+//               max(backlog_s, t_dep) + c (1 + alpha contention) + beta n_x t_event.
 //   race        lanes: lookups (EmbLookupPool / Gather / wide lookups: phase E) on lane E
 //               (lookup_streams streams), the rest (phase D) on lane D; lookups launched with at
 //               most ceil(rho x parallel units) units; the software pipeline (query j+1 is
@@ -40,6 +42,7 @@
 #include <set>
 
 #include "recsys/policy_base.h"
+#include "recsys/ready_queue.h"
 #include "recsys/tensor_lifetimes.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
@@ -57,6 +60,7 @@ struct ModeTraits {
   bool budget;       // lookup launch cap rho
   bool pairing;      // RACE pairing rule
   bool fuse;         // RACE phase fusion of ready lookups into one launch
+  bool hfuse;        // RecOS horizontal fusion of one node across queries (fuse_across > 1)
 };
 
 constexpr size_t kMaxFusedOps = 256;
@@ -64,13 +68,13 @@ constexpr size_t kMaxFusedOps = 256;
 ModeTraits traits(Mode m) {
   switch (m) {
     case Mode::kRecos:
-      return {true, true, false, false, false, false, false};
+      return {true, true, false, false, false, false, false, true};
     case Mode::kRace:
-      return {true, false, true, true, true, true, true};
+      return {true, false, true, true, true, true, true, false};
     case Mode::kRecosRace:
-      return {true, true, true, false, true, true, true};
+      return {true, true, true, false, true, true, true, true};
     case Mode::kB4:
-      return {false, false, true, true, false, false, false};
+      return {false, false, true, true, false, false, false, false};
   }
   return {};
 }
@@ -92,14 +96,22 @@ const char* mode_name(Mode m) {
 class OpScheduler final : public PolicyBase {
  public:
   OpScheduler(const RecModel& model, Executor& ex, const PolicyOptions& o, Mode mode)
-      : PolicyBase(model, ex), mode_(mode), t_(traits(mode)), opt_(o) {
+      : PolicyBase(model, ex),
+        mode_(mode),
+        t_(traits(mode)),
+        opt_(o),
+        ready_(t_.slack_order && o.urgent_slack_ms < std::numeric_limits<double>::infinity(),
+               1e3 * o.urgent_slack_ms, t_.hfuse && o.fuse_across > 1) {
     const int k = mode == Mode::kB4 ? 2 : o.streams;
     if (t_.lanes && k < 2)
       throw InvalidArgument(cat(mode_name(mode), ": needs streams >= 2 (lane E and lane D)"));
     if (!(o.alpha >= 0) || !(o.beta >= 0) || !(o.horizon_us >= 0) || !(o.event_us >= 0) ||
-        !(o.sla_ms > 0))
-      throw InvalidArgument(
-          cat(mode_name(mode), ": alpha, beta, horizon_us, event_us >= 0 and sla_ms > 0 needed"));
+        !(o.sla_ms > 0) || std::isnan(o.urgent_slack_ms))
+      throw InvalidArgument(cat(mode_name(mode),
+                                ": alpha, beta, horizon_us, event_us >= 0, sla_ms > 0 and a "
+                                "numeric urgent_slack_ms needed"));
+    if (o.fuse_across < 1)
+      throw InvalidArgument(cat(mode_name(mode), ": fuse_across ", o.fuse_across, " < 1"));
     if (t_.budget && !(o.rho > 0 && o.rho <= 1))
       throw InvalidArgument(cat(mode_name(mode), ": rho ", o.rho, " outside (0, 1]"));
     lookup_streams_ = mode == Mode::kB4 ? 1 : o.lookup_streams;
@@ -153,7 +165,8 @@ class OpScheduler final : public PolicyBase {
     nlohmann::json j = {{"issued_ops", issued_},
                         {"sched_us_per_op", issued_ ? 1e6 * sched_s_ / double(issued_) : 0.0},
                         {"horizon_us", horizon_us_},
-                        {"cross_stream_waits", waits_}};
+                        {"cross_stream_waits", waits_},
+                        {"horizontally_fused_ops", fused_}};
     if (pooled_) {
       const StreamPoolStats p = ex_.pool_stats();
       j["tensor_pool"] = {{"peak_in_use_bytes", p.peak_in_use_bytes},
@@ -198,21 +211,6 @@ class OpScheduler final : public PolicyBase {
     int mem = 0, comp = 0, outstanding = 0;
     double share_mem = 0, share_comp = 0;  // largest share among its outstanding MEM / COMP ops
   };
-  struct Entry {
-    double key;
-    int64_t priority, seq;
-    int node;
-    Query* q;
-  };
-  struct Later {  // priority_queue puts the "largest" on top: the best entry must compare largest
-    bool operator()(const Entry& a, const Entry& b) const {
-      if (a.key != b.key) return a.key > b.key;
-      if (a.priority != b.priority) return a.priority > b.priority;
-      if (a.seq != b.seq) return a.seq > b.seq;
-      return a.node > b.node;
-    }
-  };
-
   double now_us() const {
     return std::chrono::duration<double, std::micro>(ex_.now() - epoch_).count();
   }
@@ -301,8 +299,15 @@ class OpScheduler final : public PolicyBase {
   };
 
   void push(Query* q, int i) {
-    const double key = t_.slack_order ? q->deadline_us - q->cp[i] : 0.0;
-    ready_.push({key, priority(*q), q->seq, i, q});
+    const double d = t_.slack_order ? q->deadline_us : 0.0;
+    const double cp = t_.slack_order ? q->cp[i] : 0.0;
+    ready_.push({.slack_key = d - cp,
+                 .deadline = d,
+                 .cp = cp,
+                 .priority = priority(*q),
+                 .seq = q->seq,
+                 .node = i,
+                 .item = q});
   }
   int64_t priority(const Query& q) const {
     return t_.slack_order ? q.job->requests[0]->meta.priority : 0;  // FIFO ignores it
@@ -314,14 +319,41 @@ class OpScheduler final : public PolicyBase {
       double min_backlog = std::numeric_limits<double>::infinity();
       for (const auto& s : streams_) min_backlog = std::min(min_backlog, s.backlog_us);
       if (min_backlog > horizon_us_) return;
-      std::vector<std::pair<Query*, int>> group;
-      do {  // phase fusion: the lookups at the top of the heap go out as one launch
-        group.emplace_back(ready_.top().q, ready_.top().node);
-        ready_.pop();
-      } while (t_.fuse && lookup_[group.front().second] && !ready_.empty() &&
-               lookup_[ready_.top().node] && group.size() < kMaxFusedOps);
+      const double now = t_.slack_order ? now_us() : 0.0;
+      const auto head = ready_.pop(now);
+      std::vector<std::pair<Query*, int>> group{{head.item, head.node}};
+      if (t_.fuse && lookup_[head.node]) {
+        // Phase fusion: the lookups at the top of the queue go out as one launch.
+        while (!ready_.empty() && lookup_[ready_.peek(now).node] && group.size() < kMaxFusedOps) {
+          const auto e = ready_.pop(now);
+          group.emplace_back(e.item, e.node);
+        }
+      } else if (t_.hfuse && opt_.fuse_across > 1) {
+        fuse_across(head, now, min_backlog, group);
+      }
       issue(group);
     }
+  }
+
+  // RecOS's horizontal fusion (spec §2.3 step 3.2): ready instances of the head's graph node in
+  // other queries of the same size join its launch while the fused op's predicted finish stays
+  // within every member's slack (now + the emptiest stream's backlog + the group's work <= d - CP).
+  void fuse_across(const ReadyQueue<Query*>::Entry& head, double now, double backlog,
+                   std::vector<std::pair<Query*, int>>& group) {
+    const int64_t rows = head.item->job->inputs->rows;
+    double work = head.item->cost[head.node].us;
+    double min_slack = head.slack_key - now - backlog;
+    const size_t room = static_cast<size_t>(opt_.fuse_across) - 1;
+    for (const auto& e : ready_.take_same_node(head.node, room, [&](const auto& c) {
+           const double w = c.item->cost[c.node].us;
+           const double slack = std::min(min_slack, c.slack_key - now - backlog);
+           if (c.item->job->inputs->rows != rows || work + w > slack) return false;
+           work += w;
+           min_slack = slack;
+           return true;
+         }))
+      group.emplace_back(e.item, e.node);
+    fused_ += group.size() > 1 ? group.size() : 0;
   }
 
   // Lane of node i: [lo, hi) stream indices.
@@ -482,11 +514,11 @@ class OpScheduler final : public PolicyBase {
   std::map<std::pair<int64_t, int>, std::vector<OpCost>> costs_;
   std::map<int64_t, std::vector<size_t>> out_bytes_;
   bool pooled_ = false;
-  std::priority_queue<Entry, std::vector<Entry>, Later> ready_;
+  ReadyQueue<Query*> ready_;
   std::set<WaitKey> waiting_;
   std::vector<std::unique_ptr<Query>> owned_;
   int in_d_phase_ = 0;
-  int64_t issued_ = 0, waits_ = 0;
+  int64_t issued_ = 0, waits_ = 0, fused_ = 0;
   double sched_s_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -296,21 +297,44 @@ TEST(RecServing, SimGpuThreeQueriesHandBuiltSchedules) {
   EXPECT_NEAR(b1[0], t_us, tol);
   EXPECT_NEAR(b1[1], 2 * t_us, tol);
   EXPECT_NEAR(b1[2], 3 * t_us, tol);
-  PolicyOptions edf{.policy = "recos", .streams = 1, .horizon_us = 1e-9};
-  const auto l = run(edf, {{1, 30}, {1, 10}, {1, 20}});
-  EXPECT_NEAR(l[0], 3 * t_us, tol);  // no idle time
-  EXPECT_NEAR(l[2] - l[1], t_us, tol);
-  EXPECT_LT(l[1], l[2]);
-  // Equal deadlines: least slack interleaves the queries op by op (an op with more critical path
-  // left goes first), and the business priority breaks the ties, so the answers come in priority
-  // order, still without idle time.
+  PolicyOptions edf{.policy = "recos", .streams = 1, .horizon_us = 1e-9, .fuse_across = 1};
+  PolicyOptions llf = edf;  // least slack for every op, the spec's literal rule
+  llf.urgent_slack_ms = std::numeric_limits<double>::infinity();
+  for (const auto& po : {edf, llf}) {
+    const auto l = run(po, {{1, 30}, {1, 10}, {1, 20}});
+    EXPECT_NEAR(l[0], 3 * t_us, tol);  // no idle time
+    EXPECT_NEAR(l[2] - l[1], t_us, tol);
+    EXPECT_LT(l[1], l[2]);
+  }
+  // Equal deadlines, far away (not urgent): earliest deadline first, then business priority, so
+  // each query runs whole in priority order. The lowest-priority query was submitted first, and
+  // its first op was issued before the others arrived: the answers come at T + e, 2T + e, 3T.
   const auto p = run(edf, {{3, 10}, {1, 10}, {2, 10}});
-  EXPECT_LT(p[1], p[2]);
-  EXPECT_LT(p[2], p[0]);
+  EXPECT_NEAR(p[2] - p[1], t_us, tol);
+  EXPECT_GT(p[1], t_us);
+  EXPECT_LT(p[1], 1.5 * t_us);
   EXPECT_NEAR(p[0], 3 * t_us, tol);
+  // The same with least slack for every op: the queries interleave op by op (an op with more
+  // critical path left goes first), so the first answer comes later; the priority still orders
+  // the answers, without idle time.
+  const auto pl = run(llf, {{3, 10}, {1, 10}, {2, 10}});
+  EXPECT_GT(pl[1], p[1] + tol);
+  EXPECT_LT(pl[1], pl[2]);
+  EXPECT_LT(pl[2], pl[0]);
+  EXPECT_NEAR(pl[0], 3 * t_us, tol);
   // Several streams: the three queries overlap, so every answer comes before B1's last.
-  const auto many = run({.policy = "recos", .streams = 3}, {{}, {}, {}});
+  const auto many = run({.policy = "recos", .streams = 3, .fuse_across = 1}, {{}, {}, {}});
   for (double l : many) EXPECT_LT(l, 3 * t_us - tol);
+  // Horizontal fusion, room for three, one stream: the first query's first op went out before
+  // the others arrived, so it stays one op ahead and runs alone (earliest deadline first): T. The
+  // other two go out node by node as one launch each (one launch overhead instead of two), so they
+  // answer together, before B1's second answer at 2T.
+  PolicyOptions fused = edf;
+  fused.fuse_across = 3;
+  const auto f = run(fused, {{}, {}, {}});
+  EXPECT_NEAR(f[0], t_us, 0.1);  // 0.02 µs off here: more events, more clock rounding
+  EXPECT_NEAR(f[2], f[1], tol);
+  EXPECT_LT(f[1], 2 * t_us - tol);
 }
 
 // Fails the last node of every query whose first dense value is kFailMarker, the way the
@@ -320,17 +344,30 @@ class FailingExecutor final : public ForwardingExecutor {
   static constexpr float kFailMarker = 4242.5f;
   FailingExecutor(Executor& inner, int last_node) : ForwardingExecutor(inner), last_(last_node) {}
   void launch(int s, const OpInstance& op, LaunchLimits limits) override {
-    if (op.node == last_ && op.state->inputs->dense.at(0) == kFailMarker) {
-      QueryState* st = op.state;
-      inner().host(s, [st] {
-        if (!st->error) st->error = std::make_exception_ptr(Error("injected fault: node failed"));
-      });
-      return;
-    }
+    if (fails(op)) return fail(s, op);
     inner().launch(s, op, limits);
+  }
+  // A fused launch (phase or horizontal fusion): the failing members fail, the rest run together.
+  void launch_group(int s, const std::vector<OpInstance>& ops, LaunchLimits limits) override {
+    std::vector<OpInstance> run;
+    for (const auto& op : ops)
+      if (fails(op))
+        fail(s, op);
+      else
+        run.push_back(op);
+    if (!run.empty()) inner().launch_group(s, run, limits);
   }
 
  private:
+  bool fails(const OpInstance& op) const {
+    return op.node == last_ && op.state->inputs->dense.at(0) == kFailMarker;
+  }
+  void fail(int s, const OpInstance& op) {
+    QueryState* st = op.state;
+    inner().host(s, [st] {
+      if (!st->error) st->error = std::make_exception_ptr(Error("injected fault: node failed"));
+    });
+  }
   int last_;
 };
 

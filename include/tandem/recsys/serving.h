@@ -71,10 +71,17 @@ struct PolicyOptions {
   double sla_ms = 60;  // default deadline (MLPerf DLRMv2 p99 target)
   // alpha, beta and H chosen by the sweep in docs/results/recsys-recos-*.md (SimGPU H100, RM2 and
   // BST at 32 clients; bench/recsys/sweep_recos.sh).
-  double alpha = 4.0;      // RecOS contention weight
-  double beta = 16.0;      // RecOS cross-stream (event) weight
-  double horizon_us = 0;   // issue horizon H; 0 = 0.4 x the median op duration
-  double event_us = 2;     // t_event: the cost of one cross-stream wait
+  double alpha = 4.0;     // RecOS contention weight
+  double beta = 16.0;     // RecOS cross-stream (event) weight
+  double horizon_us = 0;  // issue horizon H; 0 = 0.4 x the median op duration
+  double event_us = 2;    // t_event: the cost of one cross-stream wait
+  // Ready-op order (src/recsys/ready_queue.h): ops of queries whose slack is below this many ms go
+  // least slack first (the spec's rule); the others earliest query deadline first. +infinity: least
+  // slack for every op (processor sharing among in-flight queries: a longer tail, measured).
+  double urgent_slack_ms = 0;
+  // recos, recos+race: horizontal fusion, at most this many queries' instances of one graph node
+  // (same query size) in one launch; 1 = off. 4 from the SimGPU sweep in docs/results.
+  int fuse_across = 4;
   double rho = 0.5;        // RACE lookup budget: share of the parallel units for lookups
   int lookup_streams = 1;  // RACE lane E (K_E); lane D gets streams - lookup_streams (>= 1)
   // recos, race, recos+race, b4 with a model on the CPU: intermediate outputs in blocks of the
