@@ -43,9 +43,18 @@ struct Fixture {
 // The op-level schedulers (issue 20) next to the baselines.
 inline const char* const kOpPolicies[] = {"recos", "race", "recos+race", "b4"};
 
-// Runs `clients` closed-loop clients on the CPU executor (wall clock, duration_s; `wall`, or a
-// CpuExecutor of its own when null), or on `sim` (simulated time) when given, and checks every
-// answer against sequential execution.
+// Wall-clock test loads run this many times longer under the thread sanitizer (CI's TSan phase),
+// which slows the executor's threads by an order of magnitude: every client must still be
+// answered more than once.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr double kWallTimeScale = 10;
+#else
+inline constexpr double kWallTimeScale = 1;
+#endif
+
+// Runs `clients` closed-loop clients on the CPU executor (wall clock, duration_s x kWallTimeScale;
+// `wall`, or a CpuExecutor of its own when null), or on `sim` (simulated time) when given, and
+// checks every answer against sequential execution.
 inline void check_policy(Fixture& fx, const PolicyOptions& po, int clients,
                          SimExecutor* sim = nullptr, double duration_s = 0.4,
                          Executor* wall = nullptr) {
@@ -57,7 +66,7 @@ inline void check_policy(Fixture& fx, const PolicyOptions& po, int clients,
   int64_t responses = 0, mismatches = 0, duplicates = 0;
   LoadOptions lo;
   lo.clients = clients;
-  lo.duration_s = duration_s;
+  lo.duration_s = sim ? duration_s : duration_s * kWallTimeScale;
   lo.warmup_s = 0;
   lo.on_response = [&](size_t index, const Response& r) {
     std::lock_guard lk(mu);

@@ -34,8 +34,11 @@
 // runnable stream head is served first at the same instant, they do not preempt. alloc_async /
 // free_async / free_after are a StreamPool (core/stream_pool.h) whose fences are simulated
 // events: free_async(p, s) lets later work on s reuse the block at once and other streams once s
-// reaches the free in simulated time. Thread-safety: every method may be called from any thread
-// (one recursive lock), but the simulation is deterministic only when one thread drives it.
+// reaches the free in simulated time. Thread-safety: every method takes one recursive lock, and
+// host callbacks run under it; the simulation is deterministic only when one thread drives it.
+// Drive it and submit to its policies from that one thread (run_sim_load does): a policy that
+// calls the executor under its own lock and takes that lock in a callback (the op-level scheduler)
+// would otherwise lock in both orders from two threads.
 #pragma once
 
 #include <cstdint>
