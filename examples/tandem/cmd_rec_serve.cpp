@@ -254,6 +254,8 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"rate_qps", o.rate_qps},
                           {"max_outstanding", o.max_outstanding},
                           {"streams", o.po.streams},
+                          {"urgent_slack_ms", o.po.urgent_slack_ms},
+                          {"fuse_across", o.po.fuse_across},
                           {"duration_s", o.duration_s},
                           {"query_size", cfg.query_size},
                           {"size_dist", o.size_dist},
