@@ -22,7 +22,8 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 struct Sequence {
-  Sequence(uint64_t id_, BatchRequest r) : id(id_), req(std::move(r)), sampler(req.options.sampler) {}
+  Sequence(uint64_t id_, BatchRequest r)
+      : id(id_), req(std::move(r)), sampler(req.options.sampler) {}
   uint64_t id;
   BatchRequest req;
   Sampler sampler;
@@ -70,8 +71,8 @@ uint64_t BatchRunner::add(BatchRequest request) {
   validate(impl_->model, request, cat("request ", id));
   for (const auto& s : impl_->seqs) {
     if (s->req.cache == request.cache) {
-      throw InvalidArgument(cat("generate_batch: request ", id,
-                                " has the cache of an active request"));
+      throw InvalidArgument(
+          cat("generate_batch: request ", id, " has the cache of an active request"));
     }
   }
   ++impl_->next_id;
@@ -86,7 +87,8 @@ uint64_t BatchRunner::add(BatchRequest request) {
 
 bool BatchRunner::cancel(uint64_t id) {
   auto& seqs = impl_->seqs;
-  const auto it = std::find_if(seqs.begin(), seqs.end(), [&](const auto& s) { return s->id == id; });
+  const auto it =
+      std::find_if(seqs.begin(), seqs.end(), [&](const auto& s) { return s->id == id; });
   if (it == seqs.end()) return false;
   seqs.erase(it);
   return true;

@@ -285,8 +285,7 @@ TEST(BatchRunner, JoinMidRunAndCancel) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[a].tokens, alone_a);
   EXPECT_EQ(got[b].tokens, alone_b);
-  EXPECT_EQ(runner.stats().generated_tokens,
-            static_cast<int64_t>(alone_a.size() + alone_b.size()));
+  EXPECT_EQ(runner.stats().generated_tokens, static_cast<int64_t>(alone_a.size() + alone_b.size()));
 
   // Cancel: a leaves after three steps, its cache is freed, b finishes with its own tokens.
   ca.clear();
