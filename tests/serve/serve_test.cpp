@@ -21,6 +21,7 @@
 #include "server.h"
 #include "tandem/core/allocator.h"
 #include "tandem/llm/gguf.h"
+#include "tandem/llm/kv_policy_registry.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/tokenizer.h"
 #include "tandem/llm/vocab.h"
@@ -378,6 +379,29 @@ TEST(Serve, ModelsHealthMetricsAndPage) {
   EXPECT_NE(page->body.find("/v1/chat/completions"), std::string::npos);
   EXPECT_EQ(page->body.find("http://"), std::string::npos) << "the page loads nothing external";
   expect_error_object(s.client.Get("/v1/nothing"), 404, "unknown endpoint");
+}
+
+// The kv_policy extension field: a request takes another KV policy than the server's default
+// (here int8 codes instead of the f32 cache: fewer KV bytes for the same tokens).
+TEST(Serve, PerRequestKvPolicy) {
+  ServeOptions o = test_options();
+  o.make_policy = [](const std::string& name) -> std::shared_ptr<llm::KvPolicy> {
+    if (name.empty()) return nullptr;
+    return llm::make_kv_policy(name, {}, shared().model.make_cache().shape());
+  };
+  Running s(o);
+  json body = chat_body("a policy per request", 8);
+  const json full = parse(s.post("/v1/chat/completions", body));
+  body["kv_policy"] = "int8";
+  const auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json q = parse(r);
+  EXPECT_EQ(q["usage"]["completion_tokens"], 8);
+  EXPECT_LT(q["tandem"]["kv_bytes"].get<int64_t>(), full["tandem"]["kv_bytes"].get<int64_t>());
+  body["kv_policy"] = "no-such-policy";
+  const auto bad = s.post("/v1/chat/completions", body);
+  expect_error_object(bad, 400, "unknown policy");
+  EXPECT_EQ(parse(bad)["error"]["param"], "kv_policy");
 }
 
 TEST(Serve, ApiKeyIsRequiredButNotForHealth) {

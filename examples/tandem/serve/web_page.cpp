@@ -3,7 +3,8 @@
 // external resources). It keeps the conversation in the page, POSTs it to /v1/chat/completions
 // with "stream": true, reads the server-sent events with fetch() and a stream reader, appends
 // each delta as it arrives, and shows tokens/s and the request's KV bytes (the last chunk's
-// "tandem" extension). An API key typed into the page is sent as a Bearer token.
+// "tandem" extension). An API key typed into the page is sent as a Bearer token; ?q=TEXT sends
+// TEXT when the page loads.
 #include "server.h"
 
 namespace tandem::serve {
@@ -70,6 +71,7 @@ form.addEventListener('submit', async e => {
   if (!text) return;
   promptBox.value = '';
   sendBtn.disabled = true;
+  document.body.dataset.state = 'busy';
   history.push({role: 'user', content: text});
   bubble('user', text);
   const out = bubble('assistant', '');
@@ -122,8 +124,12 @@ form.addEventListener('submit', async e => {
     history.pop();
   }
   sendBtn.disabled = false;
+  document.body.dataset.state = 'idle';
   promptBox.focus();
 });
+// ?q=TEXT sends TEXT at load (links, and the headless-browser test).
+const q = new URLSearchParams(location.search).get('q');
+if (q) { promptBox.value = q; form.requestSubmit(); }
 </script>
 </body></html>
 )HTML";
