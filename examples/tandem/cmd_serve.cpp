@@ -36,7 +36,8 @@ struct ServeCliOptions {
   std::string model_id;
   size_t max_body = 4 << 20;
   std::string kv_dtype = "f32";
-  GenerateOptions kv;  // the kv_* fields and decode, as `tandem generate` takes them
+  double kv_max_mib = 0;  // KV admission bound in MiB (0: none)
+  GenerateOptions kv;     // the kv_* fields and decode, as `tandem generate` takes them
   bool no_progress = false;
 };
 
@@ -69,6 +70,7 @@ int run_serve(const ServeCliOptions& o) {
   // has spaces).
   s.model_id = o.model_id.empty() ? std::filesystem::path(path).stem().string() : o.model_id;
   s.kv_dtype = parse_dtype(o.kv_dtype);
+  s.kv_budget_bytes = static_cast<int64_t>(o.kv_max_mib * 1048576.0);
   s.decode = o.kv.decode;
   const GenerateOptions kv = o.kv;
   s.make_policy = [kv, &model](const std::string& name) {
@@ -154,6 +156,13 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--kv-dtype", o->kv_dtype, "KV cache storage (f16 halves its bytes)")
       ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  sub->add_option(
+         "--kv-max-mib", o->kv_max_mib,
+         "KV admission bound in MiB (0: none): a queued request joins the batch only while its "
+         "expected KV bytes (its full cache times the saving the KV policy showed on finished "
+         "requests) fit beside the running sequences' (each the larger of measured and expected)")
+      ->check(number_in(0, 1 << 30))
       ->capture_default_str();
   sub->add_option("--kv-policy", o->kv.kv_policy,
                   "KV-cache policy of every sequence: a registered name or a '+' chain "

@@ -446,6 +446,44 @@ TEST(Serve, FullQueueAnswers503WithRetryAfter) {
   EXPECT_EQ(s.post("/v1/chat/completions", chat_body("third", 3))->status, 200);
 }
 
+// Admission by KV bytes: with a budget below one sequence's cache, sequences run one at a time
+// (a lone one always runs); without it, all queued ones join the batch together.
+TEST(Serve, KvBudgetBoundsAdmission) {
+  for (const int64_t budget : {int64_t{1}, int64_t{0}}) {
+    SCOPED_TRACE(budget);
+    ServeOptions o = test_options();
+    o.kv_budget_bytes = budget;
+    Running s(o);
+    s.server.engine().set_paused(true);
+    std::vector<std::thread> clients;
+    std::atomic<int> ok{0};
+    for (int i = 0; i < 4; ++i) {
+      clients.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", s.port);
+        c.set_read_timeout(30);
+        const auto r = c.Post("/v1/chat/completions",
+                              chat_body("kv " + std::to_string(i), 150).dump(), "application/json");
+        if (r && r->status == 200) ++ok;
+      });
+    }
+    ASSERT_TRUE(wait_for([&] { return s.server.engine().queued() == 4; }));
+    s.server.engine().set_paused(false);
+    int64_t most = 0;  // the largest running batch seen while the four are served
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (ok < 4 && std::chrono::steady_clock::now() < end) {
+      most = std::max(most, s.server.engine().running());
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (auto& c : clients) c.join();
+    EXPECT_EQ(ok, 4);
+    if (budget > 0) {
+      EXPECT_EQ(most, 1);
+    } else {
+      EXPECT_EQ(most, 4);
+    }
+  }
+}
+
 TEST(Serve, MalformedRequestsGet4xxAndTheServerStaysUp) {
   Running s;
   std::string ten_k = R"({"messages": [)";

@@ -34,6 +34,12 @@ size_t held_suffix(const std::string& text, size_t from, const std::vector<std::
 
 }  // namespace
 
+int64_t full_cache_bytes(const llm::KvCache& cache, int64_t tokens) {
+  const llm::KvCacheShape& shape = cache.shape();
+  const int64_t blocks = (tokens + shape.block_tokens - 1) / shape.block_tokens;
+  return blocks * cache.block_bytes() * shape.n_layers * shape.n_kv_heads;
+}
+
 Engine::Engine(const llm::Model& model, const llm::Tokenizer& tokenizer, EngineOptions options)
     : model_(model), tokenizer_(tokenizer), options_(options), runner_(model) {
   if (options_.parallel < 1) throw InvalidArgument("serve: --parallel must be at least 1");
@@ -135,6 +141,10 @@ void Engine::finish(Job& job, const std::string& reason, const std::string& erro
   }
   if (job.cache) {
     const int64_t bytes = job.cache->bytes();
+    const int64_t full = full_cache_bytes(*job.cache, job.cache->next_position());
+    if (reason != "cancelled" && reason != "error" && full > 0) {
+      kv_ratio_ = std::clamp(0.8 * kv_ratio_ + 0.2 * static_cast<double>(bytes) / full, 0.01, 1.0);
+    }
     job.cache.reset();  // frees the KV memory now
     std::lock_guard lock(job.mu);
     job.kv_bytes = bytes;
@@ -180,8 +190,21 @@ void Engine::loop() {
           ++it;
         }
       }
+      int64_t kv_planned = 0;
+      for (const auto& job : running_) {
+        kv_planned += std::max(job->cache->bytes(), job->kv_reserved);
+      }
       while (!paused_ && !queue_.empty() &&
              static_cast<int>(running_.size() + admitted.size()) < options_.parallel) {
+        const int64_t expected =
+            static_cast<int64_t>(static_cast<double>(queue_.front()->kv_full_bytes) * kv_ratio_);
+        const bool batch_empty = running_.empty() && admitted.empty();
+        if (options_.kv_budget_bytes > 0 && !batch_empty &&
+            kv_planned + expected > options_.kv_budget_bytes) {
+          break;  // waits (first in, first out) until sequences finish or shrink
+        }
+        kv_planned += expected;
+        queue_.front()->kv_reserved = expected;
         admitted.push_back(queue_.front());
         queue_.pop_front();
       }

@@ -50,7 +50,10 @@ struct Server::Impl {
         tokenizer(t),
         options(std::move(o)),
         chat(llm::ChatTemplate::detect(t.vocab().chat_template, /*fallback_to_chatml=*/true)),
-        engine(m, t, {.parallel = options.parallel, .queue_limit = options.queue_limit}) {
+        engine(m, t,
+               {.parallel = options.parallel,
+                .queue_limit = options.queue_limit,
+                .kv_budget_bytes = options.kv_budget_bytes}) {
     ctx = model.config().context_length;
     if (options.ctx > 0) ctx = std::min<int64_t>(ctx, options.ctx);
     model_id = options.model_id;
@@ -204,6 +207,7 @@ void Server::Impl::completion(const Request& req, Response& res, bool is_chat) t
                    "invalid_request_error", "kv_policy");
   }
   job->cache = std::make_unique<llm::KvCache>(model.make_cache(policy, 32, options.kv_dtype));
+  job->kv_full_bytes = full_cache_bytes(*job->cache, n_prompt + job->options.max_new_tokens);
   if (!engine.submit(job)) {
     throw ApiError(503, "The server is busy (the request queue is full); retry later",
                    "server_error", "", "queue_full");

@@ -47,6 +47,7 @@ struct ServeOptions {
   int http_threads = 0;             // 0: parallel + queue_limit + 4
   std::string model_id;             // the name in /v1/models (empty: from the model)
   DType kv_dtype = DType::kF32;     // KV cache storage
+  int64_t kv_budget_bytes = 0;      // KV admission bound (0: none; see EngineOptions in engine.h)
   llm::DecodeArithmetic decode = llm::DecodeArithmetic::kInt8;
   // The KV policy of a new sequence: `name` is the request's kv_policy field (empty: the
   // server's default). Null: every sequence gets the full cache and kv_policy is refused.
