@@ -335,6 +335,13 @@ TEST(Serve, StopStringsCutTheOutput) {
   EXPECT_EQ(st.finish_reason, "stop");
   body["stop"] = stop;  // a plain string works too
   EXPECT_EQ(chat_content(parse(s.post("/v1/chat/completions", body))), full.substr(0, cut));
+  // Overlapping stop strings, the later-starting one listed first: the earliest match cuts.
+  const std::string later = two_characters_from(full, full.find(stop) + 1);
+  if (!later.empty()) {
+    body["stop"] = json::array({later, stop});
+    const size_t first = std::min(full.find(later), full.find(stop));
+    EXPECT_EQ(chat_content(parse(s.post("/v1/chat/completions", body))), full.substr(0, first));
+  }
 }
 
 TEST(Serve, SeedsMakeSamplingRepeatable) {

@@ -116,14 +116,16 @@ bool Engine::on_token(Job& job, int32_t id) {
   if (tokenizer_.is_eog(id)) return true;  // a stop id: the runner ends the sequence
   const size_t before = job.text.size();
   job.text += job.detok->push(id);
+  // The earliest match of any stop string that ends in the new text; it starts after the text
+  // already sent (that text held back every prefix of a stop string).
+  size_t cut = std::string::npos;
   for (const std::string& stop : job.stop) {
-    // A stop string starts after the text already sent (that text held back every prefix).
     const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-    const size_t at = job.text.find(stop, std::max(from, job.sent));
-    if (at != std::string::npos) {
-      job.text.resize(at);
-      job.stop_hit = true;
-    }
+    cut = std::min(cut, job.text.find(stop, std::max(from, job.sent)));
+  }
+  if (cut != std::string::npos) {
+    job.text.resize(cut);
+    job.stop_hit = true;
   }
   if (job.stop_hit) {
     publish(job, job.text.size());
