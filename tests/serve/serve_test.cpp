@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -590,6 +592,44 @@ TEST(Serve, ConcurrentStreamsEqualLoneRequests) {
   }
   EXPECT_EQ(s.server.engine().running(), 0);
   EXPECT_EQ(s.server.engine().kv_bytes(), 0);
+}
+
+// Soak: 32 streaming clients for TANDEM_SERVE_SOAK_S seconds (default 2; the run is 30),
+// each sending requests from a set of 8 back to back: every answer complete and equal to the same
+// request served alone (greedy, f32 decode), and the allocator back to its baseline after.
+TEST(Serve, SoakOf32StreamingClients) {
+  const char* env = std::getenv("TANDEM_SERVE_SOAK_S");
+  const double seconds = env ? std::atof(env) : 2.0;
+  ServeOptions o = test_options();
+  o.queue_limit = 64;
+  Running s(o);
+  std::vector<json> bodies;
+  std::vector<std::string> alone;
+  for (int i = 0; i < 8; ++i) {
+    bodies.push_back(chat_body("soak " + std::to_string(i) + std::string(i * 5, 'z'), 8 + 3 * i));
+    alone.push_back(chat_content(parse(s.post("/v1/chat/completions", bodies.back()))));
+  }
+  const int64_t base = memory_stats(Device::cpu()).current_bytes;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  std::atomic<int> served{0}, wrong{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 32; ++c) {
+    clients.emplace_back([&, c] {
+      for (int k = c; std::chrono::steady_clock::now() < end; k += 3) {
+        const Sse got = stream(s.port, "/v1/chat/completions", bodies[k % 8]);
+        if (!got.done || got.content != alone[k % 8]) ++wrong;
+        ++served;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(wrong, 0) << "of " << served << " answers";
+  EXPECT_GE(served, 32);
+  EXPECT_EQ(s.server.engine().running(), 0);
+  EXPECT_EQ(s.server.engine().kv_bytes(), 0);
+  EXPECT_TRUE(wait_for([&] { return memory_stats(Device::cpu()).current_bytes == base; }))
+      << memory_stats(Device::cpu()).current_bytes << " bytes now, " << base << " before";
+  std::printf("soak: %d streamed answers in %.1f s from 32 clients\n", served.load(), seconds);
 }
 
 TEST(Serve, DroppedStreamFreesItsSequence) {
