@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
   ccache  # optional: the build uses it when present (rebuilds and CI re-runs take minutes, not half an hour)
   libfmt-dev libspdlog-dev libeigen3-dev nlohmann-json3-dev libcli11-dev
+  libcpp-httplib-dev  # HTTP server and client of `tandem serve` and its tests (examples/tandem/serve)
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libbenchmark-dev
   libonnx-dev libprotobuf-dev libonnx-testdata

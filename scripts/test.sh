@@ -24,4 +24,11 @@ if python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
 else
   echo "test.sh: pip packages onnx, onnxruntime, numpy missing: the cnn_models tests will skip" >&2
 fi
+# The official OpenAI Python client for the `tandem serve` test (tests/serve/openai_client_test.py; skipped
+# without it). Development only; about 10 s to install.
+if ! python3 -c "import openai" 2>/dev/null; then
+  python3 -m pip install --quiet openai==3.60.0 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages openai==3.60.0 ||
+    echo "test.sh: could not pip install openai: the serve_openai_client test will skip" >&2
+fi
 phase "tests (ctest, all)" ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

@@ -28,11 +28,8 @@
 
 namespace tandem::cli {
 
-namespace {
-
-// The KV policy of one sequence from --kv-policy / --kv-budget / --kv-window / --kv-calibration /
-// --kv-extra (a fresh instance per cache: policies keep per-sequence state).
-std::shared_ptr<llm::KvPolicy> make_policy(const GenerateOptions& o, const llm::Model& model) {
+std::shared_ptr<llm::KvPolicy> make_sequence_kv_policy(const GenerateOptions& o,
+                                                       const llm::Model& model) {
   llm::KvPolicyOptions p;
   if (!o.kv_budget.empty()) {
     const llm::KvBudget b = llm::parse_kv_budget(o.kv_budget);
@@ -56,6 +53,8 @@ std::shared_ptr<llm::KvPolicy> make_policy(const GenerateOptions& o, const llm::
   return llm::make_kv_policy(spec, p, model.make_cache().shape());
 }
 
+namespace {
+
 int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
                        llm::Detokenizer& detok, const std::vector<int32_t>& prompt,
                        const llm::GenerateOptions& g, int batch, DType kv_dtype,
@@ -63,7 +62,7 @@ int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
   std::vector<llm::KvCache> caches;
   std::vector<llm::BatchRequest> reqs;
   for (int i = 0; i < batch; ++i) {
-    caches.push_back(model.make_cache(make_policy(o, model), 32, kv_dtype));
+    caches.push_back(model.make_cache(make_sequence_kv_policy(o, model), 32, kv_dtype));
   }
   for (int i = 0; i < batch; ++i) {
     llm::GenerateOptions gi = g;
@@ -116,11 +115,7 @@ int run_generate_batch(const llm::Model& model, const llm::Tokenizer& tokenizer,
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
-  if (o.threads > 0) set_cpu_num_threads(o.threads);
-  const std::string path = resolve_model_path(o.model, !o.no_progress);
-  const Device device = Device::parse(o.device);
-  const llm::Model model =
-      device.is_cpu() ? llm::Model::load(path) : llm::Model::load(path).to(device);
+  const llm::Model model = load_model_for(o.model, !o.no_progress, o.device, o.threads);
   const llm::Tokenizer tokenizer(llm::load_vocab(model.file()));
 
   std::string text = o.prompt;
@@ -134,7 +129,7 @@ int run_generate(const GenerateOptions& o) {
   if (prompt.empty()) throw InvalidArgument("generate: the prompt encodes to no tokens");
 
   const DType kv_dtype = parse_dtype(o.kv_dtype);
-  llm::KvCache cache = model.make_cache(make_policy(o, model), 32, kv_dtype);
+  llm::KvCache cache = model.make_cache(make_sequence_kv_policy(o, model), 32, kv_dtype);
   llm::GenerateOptions g;
   g.max_new_tokens = o.n_predict;
   g.prefill_chunk = o.prefill_chunk;
@@ -171,7 +166,7 @@ int run_generate(const GenerateOptions& o) {
       "prefill %.1f tokens/s (%.3f s), TTFT %.3f s, decode %.1f tokens/s (%.3f s)\n"
       "KV cache %.2f MiB (%lld bytes, policy %s), peak tensor memory %.2f MiB (%lld bytes), "
       "weights %.2f MiB (mapped)\n",
-      model.config().name.empty() ? path.c_str() : model.config().name.c_str(),
+      model.config().name.empty() ? o.model.c_str() : model.config().name.c_str(),
       static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens),
       s.stop_reason.c_str(), cpu_num_threads(), s.prefill_tokens_per_s, s.prefill_s, s.ttft_s,
       s.decode_tokens_per_s, s.decode_s, cache.bytes() / 1048576.0,

@@ -124,4 +124,10 @@ int run_bench(const BenchOptions& o);
 int run_inspect(const InspectOptions& o);
 int run_generate(const GenerateOptions& o);
 
+// The KV policy of one sequence from the kv_* fields of `o` (--kv-policy, --kv-budget,
+// --kv-window, --kv-calibration, --kv-extra, --kv-quant; seed): a fresh instance per cache, as
+// policies keep per-sequence state (cmd_generate.cpp; `tandem serve` uses it too).
+std::shared_ptr<llm::KvPolicy> make_sequence_kv_policy(const GenerateOptions& o,
+                                                       const llm::Model& model);
+
 }  // namespace tandem::cli

@@ -2,6 +2,7 @@
 #include "model_path.h"
 
 #include "report.h"
+#include "tandem/core/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/model_store.h"
 
@@ -15,6 +16,15 @@ std::string resolve_model_path(const std::string& model_arg, bool progress) {
     line.update(total > 0 ? cat(stage, ": ", 100 * done / total, "%") : stage);
   };
   return llm::default_model_path(fo);
+}
+
+llm::Model load_model_for(const std::string& model_arg, bool progress, const std::string& device,
+                          int threads, std::string* path_out) {
+  if (threads > 0) set_cpu_num_threads(threads);
+  const std::string path = resolve_model_path(model_arg, progress);
+  if (path_out) *path_out = path;
+  const Device d = Device::parse(device);
+  return d.is_cpu() ? llm::Model::load(path) : llm::Model::load(path).to(d);
 }
 
 CLI::Option* add_decode_option(CLI::App* sub, llm::DecodeArithmetic& decode) {

@@ -13,6 +13,12 @@ namespace tandem::cli {
 
 std::string resolve_model_path(const std::string& model_arg, bool progress);
 
+// The model of -m (resolve_model_path) loaded onto `device` ("cpu" or "cuda:N"), with -t applied
+// first when threads > 0 (the commands that generate: generate, serve); the file's path goes to
+// *path when given.
+llm::Model load_model_for(const std::string& model_arg, bool progress, const std::string& device,
+                          int threads, std::string* path = nullptr);
+
 // Registers `--decode int8|f32` (llm::DecodeArithmetic of single-token forwards) on `sub`,
 // writing into `decode` (which holds the default).
 CLI::Option* add_decode_option(CLI::App* sub, llm::DecodeArithmetic& decode);

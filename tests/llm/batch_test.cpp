@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "llm/gguf_test_util.h"
 #include "llm/tiny_weights.h"
+#include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/generate.h"
 #include "tandem/llm/gguf.h"
@@ -251,6 +253,65 @@ TEST(GenerateBatch, MatchesGeneratePerSequence) {
   too_long.max_new_tokens = 600;
   std::vector<BatchRequest> overflow = {{&c, prompts[0], too_long}};
   EXPECT_THROW(generate_batch(m, overflow), InvalidArgument);
+}
+
+// BatchRunner: a sequence that joins a running batch after a few steps gets the tokens it gets
+// alone (f32 decode), so does the one already running; a cancelled sequence leaves at once, its
+// cache can be freed while the others go on, and the runner never touches it again.
+TEST(BatchRunner, JoinMidRunAndCancel) {
+  TempDir dir;
+  const Model m = Model::load(write_llama(dir, false));
+  const std::vector<int32_t> pa = tokens_of(9, kVocab, 5), pb = tokens_of(14, kVocab, 6);
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  o.prefill_chunk = 4;
+  o.decode = DecodeArithmetic::kF32;
+  KvCache ca = m.make_cache(), cb = m.make_cache();
+  const auto alone_a = generate(m, ca, pa, o).tokens;
+  const auto alone_b = generate(m, cb, pb, o).tokens;
+  ca.clear();
+  cb.clear();
+
+  BatchRunner runner(m);
+  const uint64_t a = runner.add({&ca, pa, o});
+  EXPECT_THROW(runner.add({&ca, pb, o}), InvalidArgument);  // its cache is in use
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(runner.step().empty());
+  const uint64_t b = runner.add({&cb, pb, o});  // a is decoding; b prefills beside it
+  EXPECT_EQ(runner.active(), 2u);
+  std::map<uint64_t, GenerateResult> got;
+  while (runner.active() > 0) {
+    for (auto& [id, r] : runner.step()) got[id] = std::move(r);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[a].tokens, alone_a);
+  EXPECT_EQ(got[b].tokens, alone_b);
+  EXPECT_EQ(runner.stats().generated_tokens, static_cast<int64_t>(alone_a.size() + alone_b.size()));
+
+  // Cancel: a leaves after three steps, its cache is freed, b finishes with its own tokens.
+  ca.clear();
+  cb.clear();
+  const int64_t base = memory_stats(Device::cpu()).current_bytes;
+  const uint64_t a2 = runner.add({&ca, pa, o});
+  const uint64_t b2 = runner.add({&cb, pb, o});
+  for (int i = 0; i < 3; ++i) runner.step();
+  EXPECT_GT(ca.bytes(), 0);
+  EXPECT_TRUE(runner.cancel(a2));
+  EXPECT_FALSE(runner.cancel(a2));
+  EXPECT_EQ(runner.active(), 1u);
+  ca.clear();  // the runner no longer reads or writes it
+  EXPECT_EQ(ca.bytes(), 0);
+  std::vector<int32_t> tokens_b;
+  while (runner.active() > 0) {
+    for (auto& [id, r] : runner.step()) {
+      EXPECT_EQ(id, b2);
+      tokens_b = r.tokens;
+    }
+  }
+  EXPECT_EQ(tokens_b, alone_b);
+  EXPECT_EQ(ca.tokens(0, 0), 0);
+  cb.clear();
+  EXPECT_EQ(memory_stats(Device::cpu()).current_bytes, base);
+  EXPECT_TRUE(runner.step().empty());  // nothing active: no forward
 }
 
 // ---- SmolLM2 -------------------------------------------------------------------------------

@@ -31,8 +31,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/export.h"
@@ -91,9 +93,56 @@ struct BatchStats {
 };
 
 // Generates for every request (see above); results in request order. InvalidArgument as
-// generate() (naming the request), for a null cache or one shared by two requests.
+// generate() (naming the request), for a null cache or one shared by two requests. A loop over a
+// BatchRunner: add every request, step() until none is active.
 TANDEM_API std::vector<GenerateResult> generate_batch(const Model& model,
                                                       std::span<BatchRequest> requests,
                                                       BatchStats* stats = nullptr);
+
+// BatchRunner: the step loop of generate_batch as an object, so that sequences join and leave the
+// running batch between steps (continuous batching for a server). add() validates a request and
+// queues it for the next step; step() runs one forward_batch over every active sequence (a prefill
+// chunk of each one still reading its prompt, the pending token of each decoding one), samples,
+// calls the callbacks, and returns the sequences that finished in it; cancel() drops a sequence at
+// once, after which the runner never touches its cache again (its owner may free or clear it).
+// A sequence's tokens do not depend on when it joined or who it shares steps with (with f32
+// decode; int8 decode of a lone row differs by rounding, see DecodeArithmetic). TTFT counts from
+// add().
+//
+//   tandem::llm::BatchRunner runner(model);
+//   const uint64_t a = runner.add({&cache_a, ids_a, o});
+//   while (runner.active() > 0) {
+//     for (auto& [id, result] : runner.step()) use(id, result);
+//     if (more_work()) runner.add({&cache_b, ids_b, o});   // joins at the next step
+//   }
+//
+// Thread-safety: not thread-safe; one thread owns the runner (the callbacks run on it inside
+// step()). The model and the caches must outlive the sequences that use them.
+class TANDEM_API BatchRunner {
+ public:
+  explicit BatchRunner(const Model& model);
+  ~BatchRunner();
+  BatchRunner(const BatchRunner&) = delete;
+  BatchRunner& operator=(const BatchRunner&) = delete;
+
+  // Queues a sequence for the next step and returns its id (1, 2, ...). InvalidArgument as
+  // generate_batch, also for a cache an active sequence already uses.
+  uint64_t add(BatchRequest request);
+  // One step over all active sequences; the ones that finished in it, with their results (none
+  // when nothing is active). A callback that throws propagates out of step() with the runner
+  // still consistent: that sequence is dropped as if cancelled.
+  std::vector<std::pair<uint64_t, GenerateResult>> step();
+  // Drops an active sequence (its result is discarded); false when the id is not active.
+  bool cancel(uint64_t id);
+  // Sequences added and not yet finished or cancelled.
+  size_t active() const;
+  // Cumulative over the runner's life: steps, prompt and generated tokens of finished sequences
+  // (wall_s and tokens_per_s are left 0: the caller owns the clock).
+  BatchStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tandem::llm
