@@ -189,8 +189,9 @@ int main(int argc, char** argv) {
                  "Op-level policies: slack below which ops go least slack first ('inf': all)")
       ->capture_default_str();
   app.add_option("--fuse-across", fuse_across,
-                 "recos / recos+race: horizontal fusion of up to this many queries' ops (1 = off)")
-      ->check(CLI::Range(1, 1024))
+                 "recos / recos+race: horizontal fusion of up to this many queries' ops (1 = off, "
+                 "0 = by executor: 4 on sim devices, 1 on the CPU)")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   app.add_option("--table-budget", table_budget_mib, "MiB of tables per model")
       ->capture_default_str();

@@ -3,33 +3,73 @@
 # Markdown tables of the op-level scheduling results from tandem_bench_recsys JSON (issue 20):
 # per device and model, p50 / p99 of every policy at each client count, the % reduction of p99 and
 # of the mean latency against B1 (fcfs) at the same N, and the throughput speed-up against B1.
-#   bench/recsys/recos_table.py bench.json [more.json ...] > table.md
+#   bench/recsys/recos_table.py bench.json[:KEY][@POLICIES][+SUFFIX] ... [--merged out.json] > table.md
+# KEY reads the bench document under that key of the file (e.g. sim_h100 in docs/results JSON);
+# @POLICIES keeps only those policies (comma-separated); +SUFFIX renames every policy of that file
+# to policy-SUFFIX (an ablation run beside the default one, e.g. +nofuse). Later files win a point.
+# --merged writes the combined curves as one bench document (for scripts/recsys/plot_recsys.py).
 import json
 import sys
 
-ORDER = ["fcfs", "stream-pool", "instances", "b4", "recos", "race", "recos+race"]
+ORDER = ["fcfs", "stream-pool", "instances", "b4", "recos-llf", "recos-nofuse", "recos", "race",
+         "recos+race"]
 LABEL = {"fcfs": "B1 fcfs", "stream-pool": "B2 stream-pool", "instances": "B3 instances",
-         "b4": "B4 lookup-ahead", "recos": "RecOS", "race": "RACE", "recos+race": "RecOS+RACE"}
+         "b4": "B4 lookup-ahead", "recos-llf": "RecOS least slack (spec rule)",
+         "recos-nofuse": "RecOS no fusion", "recos": "RecOS", "race": "RACE",
+         "recos+race": "RecOS+RACE"}
+
+
+def load(arg):
+    suffix = keep = key = None
+    if "+" in arg:
+        arg, suffix = arg.rsplit("+", 1)
+    if "@" in arg:
+        arg, keep = arg.rsplit("@", 1)
+        keep = set(keep.split(","))
+    if ":" in arg:
+        arg, key = arg.rsplit(":", 1)
+    with open(arg) as f:
+        doc = json.load(f)
+    curves = (doc[key] if key else doc)["curves"]
+    out = []
+    for c in curves:
+        if keep and c["policy"] not in keep:
+            continue
+        c = dict(c)
+        if suffix:
+            c["policy"] = f"{c['policy']}-{suffix}"
+        out.append(c)
+    return out
 
 
 def main():
+    args = sys.argv[1:]
+    merged = None
+    if "--merged" in args:
+        i = args.index("--merged")
+        merged = args[i + 1]
+        del args[i:i + 2]
     curves = []
-    for path in sys.argv[1:]:
-        with open(path) as f:
-            curves += json.load(f)["curves"]
+    for a in args:
+        curves += load(a)
     pts = {}
     for c in curves:
         if c.get("clients", 0) <= 0:
             continue
         pts[(c.get("device", "cpu"), c["model"], c["policy"], c["clients"])] = c
+    if merged:
+        with open(merged, "w") as f:
+            json.dump({"schema_version": 1, "sources": args, "curves": list(pts.values())}, f,
+                      indent=1)
     devices = sorted({k[0] for k in pts}, key=lambda d: (d == "cpu", d))
     for dev in devices:
         models = sorted({k[1] for k in pts if k[0] == dev})
         for m in models:
             pols = [p for p in ORDER if any(k[0] == dev and k[1] == m and k[2] == p for k in pts)]
+            pols += sorted({k[2] for k in pts if k[0] == dev and k[1] == m} - set(pols))
             ns = sorted({k[3] for k in pts if k[0] == dev and k[1] == m})
             print(f"\n### {m} on {dev}: p50 / p99 ms (p99 change vs B1)\n")
-            print("| clients | " + " | ".join(LABEL[p] for p in pols) + " |")
+            print("| clients | " + " | ".join(LABEL.get(p, p) for p in pols) + " |")
             print("|---|" + "---|" * len(pols))
             for n in ns:
                 b1 = pts.get((dev, m, "fcfs", n))
@@ -46,7 +86,7 @@ def main():
                     cells.append(cell)
                 print(f"| {n} | " + " | ".join(cells) + " |")
             print(f"\n{m} on {dev}: mean latency change vs B1, throughput x B1, scheduler µs/op\n")
-            print("| clients | " + " | ".join(LABEL[p] for p in pols if p != "fcfs") + " |")
+            print("| clients | " + " | ".join(LABEL.get(p, p) for p in pols if p != "fcfs") + " |")
             print("|---|" + "---|" * (len(pols) - 1))
             for n in ns:
                 b1 = pts.get((dev, m, "fcfs", n))

@@ -352,8 +352,8 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option(
          "--fuse-across", o->po.fuse_across,
          "recos / recos+race: horizontal fusion, up to this many queries' instances of one "
-         "graph node in one launch (1 = off)")
-      ->check(CLI::Range(1, 1024))
+         "graph node in one launch (1 = off; 0 = 4 on sim devices, 1 on the CPU)")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   sub->add_option("--rho", o->po.rho, "race: share of the parallel units for lookups")
       ->check(positive_up_to(1.0))

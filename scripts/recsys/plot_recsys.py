@@ -17,7 +17,7 @@ from svgplot import Panel, document  # noqa: E402
 
 COLOURS = {"fcfs": "#d62728", "stream-pool": "#1f77b4", "instances": "#2ca02c",
            "dynamic-batch": "#9467bd", "b4": "#8c564b", "recos": "#ff7f0e", "race": "#17becf",
-           "recos+race": "#e377c2"}
+           "recos+race": "#e377c2", "recos-nofuse": "#bcbd22", "recos-llf": "#7f7f7f"}
 
 
 def main():

@@ -101,7 +101,8 @@ class OpScheduler final : public PolicyBase {
         t_(traits(mode)),
         opt_(o),
         ready_(t_.slack_order && o.urgent_slack_ms < std::numeric_limits<double>::infinity(),
-               1e3 * o.urgent_slack_ms, t_.hfuse && o.fuse_across > 1) {
+               1e3 * o.urgent_slack_ms, t_.hfuse && fuse_limit(o, ex) > 1),
+        fuse_across_(t_.hfuse ? fuse_limit(o, ex) : 1) {
     const int k = mode == Mode::kB4 ? 2 : o.streams;
     if (t_.lanes && k < 2)
       throw InvalidArgument(cat(mode_name(mode), ": needs streams >= 2 (lane E and lane D)"));
@@ -110,8 +111,8 @@ class OpScheduler final : public PolicyBase {
       throw InvalidArgument(cat(mode_name(mode),
                                 ": alpha, beta, horizon_us, event_us >= 0, sla_ms > 0 and a "
                                 "numeric urgent_slack_ms needed"));
-    if (o.fuse_across < 1)
-      throw InvalidArgument(cat(mode_name(mode), ": fuse_across ", o.fuse_across, " < 1"));
+    if (o.fuse_across < 0)
+      throw InvalidArgument(cat(mode_name(mode), ": fuse_across ", o.fuse_across, " < 0"));
     if (t_.budget && !(o.rho > 0 && o.rho <= 1))
       throw InvalidArgument(cat(mode_name(mode), ": rho ", o.rho, " outside (0, 1]"));
     lookup_streams_ = mode == Mode::kB4 ? 1 : o.lookup_streams;
@@ -144,6 +145,12 @@ class OpScheduler final : public PolicyBase {
     }
   }
 
+  // PolicyOptions::fuse_across, 0 resolved by the executor.
+  static int fuse_limit(const PolicyOptions& o, const Executor& ex) {
+    if (o.fuse_across > 0) return o.fuse_across;
+    return ex.info().grouped_launch ? 4 : 1;
+  }
+
   ~OpScheduler() override {
     for (;;) {  // drives a simulated executor; waits on the CPU
       {
@@ -166,6 +173,7 @@ class OpScheduler final : public PolicyBase {
                         {"sched_us_per_op", issued_ ? 1e6 * sched_s_ / double(issued_) : 0.0},
                         {"horizon_us", horizon_us_},
                         {"cross_stream_waits", waits_},
+                        {"fuse_across", fuse_across_},
                         {"horizontally_fused_ops", fused_}};
     if (pooled_) {
       const StreamPoolStats p = ex_.pool_stats();
@@ -328,7 +336,7 @@ class OpScheduler final : public PolicyBase {
           const auto e = ready_.pop(now);
           group.emplace_back(e.item, e.node);
         }
-      } else if (t_.hfuse && opt_.fuse_across > 1) {
+      } else if (fuse_across_ > 1) {
         fuse_across(head, now, min_backlog, group);
       }
       issue(group);
@@ -343,7 +351,7 @@ class OpScheduler final : public PolicyBase {
     const int64_t rows = head.item->job->inputs->rows;
     double work = head.item->cost[head.node].us;
     double min_slack = head.slack_key - now - backlog;
-    const size_t room = static_cast<size_t>(opt_.fuse_across) - 1;
+    const size_t room = static_cast<size_t>(fuse_across_) - 1;
     for (const auto& e : ready_.take_same_node(head.node, room, [&](const auto& c) {
            const double w = c.item->cost[c.node].us;
            const double slack = std::min(min_slack, c.slack_key - now - backlog);
@@ -515,6 +523,7 @@ class OpScheduler final : public PolicyBase {
   std::map<int64_t, std::vector<size_t>> out_bytes_;
   bool pooled_ = false;
   ReadyQueue<Query*> ready_;
+  int fuse_across_ = 1;  // horizontal fusion limit (1: off)
   std::set<WaitKey> waiting_;
   std::vector<std::unique_ptr<Query>> owned_;
   int in_d_phase_ = 0;

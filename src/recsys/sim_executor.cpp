@@ -260,6 +260,7 @@ ExecutorInfo SimExecutor::info() const {
   ExecutorInfo i;
   i.capacity = i.parallel_units = dev_.sms;
   i.device = dev_.profile;
+  i.grouped_launch = true;
   return i;
 }
 

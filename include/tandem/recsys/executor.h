@@ -65,6 +65,9 @@ struct ExecutorInfo {
   // The device the executor runs on (peak FLOP/s, bandwidth), as given at construction; what
   // policies price the model's nodes with (RecModel::graph, CostModel).
   DeviceProfile device;
+  // launch_group runs its ops as one kernel (one launch overhead, the summed work): SimGPU. The
+  // CPU executor runs a group's ops back to back in one stream task.
+  bool grouped_launch = false;
 };
 
 // This machine's profile of `device` (cpu or cuda:N): peak f32 GEMM FLOP/s and memory bandwidth
