@@ -37,8 +37,9 @@ def one_request(url, prompt, max_tokens, key, timeout):
     """Streams one completion; returns (ttft_s, [chunk gaps], completion_tokens) or raises."""
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+    # include_usage: the OpenAI way to get usage in a stream (llama-server needs it).
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True})
+                       "stream": True, "stream_options": {"include_usage": True}})
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
@@ -50,7 +51,8 @@ def one_request(url, prompt, max_tokens, key, timeout):
     first = None
     last = None
     gaps = []
-    tokens = 0
+    tokens = None
+    chunks = 0
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
@@ -64,6 +66,7 @@ def one_request(url, prompt, max_tokens, key, timeout):
         now = time.perf_counter()
         text = chunk["choices"][0].get("text", "") if chunk.get("choices") else ""
         if text:
+            chunks += 1
             if first is None:
                 first = now - t0
             else:
@@ -72,6 +75,8 @@ def one_request(url, prompt, max_tokens, key, timeout):
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]
     conn.close()
+    if tokens is None:  # a server that sends no usage: one token per text chunk
+        tokens = chunks
     return first if first is not None else time.perf_counter() - t0, gaps, tokens
 
 
