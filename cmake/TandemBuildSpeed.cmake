@@ -6,7 +6,8 @@
 #   Not for the library: loading the 125 MB header costs a small file more than it saves (core/tensor.cpp
 #   3.3 s with it, 1.9 s without; measured 2026-12-03, docs/ci.md).
 #
-# - Unity builds of the library (TANDEM_UNITY_LIBRARY, default OFF; .ci/run's sanitizer builds turn it on):
+# - Unity builds of the library (TANDEM_UNITY_LIBRARY, default OFF; scripts/test.sh and .ci/run's sanitizer
+#   builds turn it on):
 #   each object library of src/ and backends/cpu compiles its sources 8 to a translation unit, so the
 #   headers and templates they share are parsed and instantiated once per 8 files (an 8-file batch of
 #   src/cnn under the sanitizers: 32 CPU-s instead of 50). Sources must then not define the same name in

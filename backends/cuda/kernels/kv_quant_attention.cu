@@ -20,7 +20,8 @@ constexpr int kMaxDim = static_cast<int>(kQuantAttentionMaxDim);
 constexpr int kPerLane = kMaxDim / 32;
 
 // Codec numbers (llm::KvCodec).
-constexpr uint8_t kPlain = 0, kAffine = 1, kBlock32 = 2, kSymmetric = 3, kChannel = 4;
+constexpr uint8_t kPlain = 0, kAffine = 1, kBlock32 = 2, kSymmetric = 3;
+[[maybe_unused]] constexpr uint8_t kChannel = 4;  // the switches' default branch
 
 __device__ __forceinline__ float f16_at(const uint8_t* p) {
   return half_bits_to_float(load_u16(p));
