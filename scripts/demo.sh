@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/phase.sh
 scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_TESTS=ON >/dev/null
+# The same configuration as scripts/test.sh (unity library), so the two README commands share one build.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_TESTS=ON -DTANDEM_UNITY_LIBRARY=ON >/dev/null
 quiet_build build tandem_tools
 build/bin/tandem version
 echo

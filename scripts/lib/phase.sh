@@ -54,7 +54,7 @@ quiet_build() {
       { tail -n 60 "$log"; echo "build failed: full log in $log" >&2; return 1; }
   fi
   local warnings
-  warnings=$(grep -c 'warning:' "$log" || true)
+  warnings=$(grep -cE 'warning:|warning #' "$log" || true)  # GCC/Clang, and nvcc's "warning #177-D:"
   echo "build $dir: $(grep -o '^\[[0-9]*/[0-9]*' "$log" | tail -1 | tr -d '[') steps, ${warnings} warning(s) (log: $log)"
-  if [ "$warnings" -gt 0 ]; then grep 'warning:' "$log" | sort | uniq -c | head -n 20; fi
+  if [ "$warnings" -gt 0 ]; then grep -E 'warning:|warning #' "$log" | sort | uniq -c | head -n 20; fi
 }
