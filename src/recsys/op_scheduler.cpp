@@ -32,8 +32,8 @@
 // Tensor lifetimes (§2.4, tensor_lifetimes.h): with PolicyOptions::tensor_pool and a model on the
 // CPU, every intermediate output lives in a block of the executor's stream-ordered pool, taken
 // when its producer is issued and freed behind its consumers' events when the last is issued.
-// Reconstruction, not the papers' code (their texts are not public). Not implemented: RecOS's
-// optional horizontal fusion of one non-lookup node across queries.
+// Horizontal fusion (recos, recos+race; fuse_across): see fuse_across() below.
+// Reconstruction, not the papers' code (their texts are not public).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -100,9 +100,9 @@ class OpScheduler final : public PolicyBase {
         mode_(mode),
         t_(traits(mode)),
         opt_(o),
-        ready_(t_.slack_order && o.urgent_slack_ms < std::numeric_limits<double>::infinity(),
-               1e3 * o.urgent_slack_ms, t_.hfuse && fuse_limit(o, ex) > 1),
-        fuse_across_(t_.hfuse ? fuse_limit(o, ex) : 1) {
+        fuse_across_(t_.hfuse ? fuse_limit(o, ex) : 1),
+        ready_(t_.slack_order && o.urgent_slack_ms<std::numeric_limits<double>::infinity(),
+                                                   1e3 * o.urgent_slack_ms, fuse_across_> 1) {
     const int k = mode == Mode::kB4 ? 2 : o.streams;
     if (t_.lanes && k < 2)
       throw InvalidArgument(cat(mode_name(mode), ": needs streams >= 2 (lane E and lane D)"));
@@ -511,6 +511,7 @@ class OpScheduler final : public PolicyBase {
   const Mode mode_;
   const ModeTraits t_;
   const PolicyOptions opt_;
+  const int fuse_across_;  // horizontal fusion limit (1: off); before ready_, which sizes on it
   const Clock::time_point epoch_ = ex_.now();
   int lookup_streams_ = 1;
   LaunchLimits lookup_limits_;
@@ -523,7 +524,6 @@ class OpScheduler final : public PolicyBase {
   std::map<int64_t, std::vector<size_t>> out_bytes_;
   bool pooled_ = false;
   ReadyQueue<Query*> ready_;
-  int fuse_across_ = 1;  // horizontal fusion limit (1: off)
   std::set<WaitKey> waiting_;
   std::vector<std::unique_ptr<Query>> owned_;
   int in_d_phase_ = 0;

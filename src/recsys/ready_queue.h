@@ -61,9 +61,9 @@ class ReadyQueue {
 
   // The entry pop(now_us) would return. Requires !empty().
   const Entry& peek(double now_us) {
-    drop_taken(by_slack_);
+    drop_stale(by_slack_);
     if (!two_) return by_slack_.top();
-    drop_taken(by_deadline_);
+    drop_stale(by_deadline_);
     return by_slack_.top().slack_key - now_us < urgent_us_ ? by_slack_.top() : by_deadline_.top();
   }
 
@@ -119,7 +119,7 @@ class ReadyQueue {
     }
   };
   template <class Heap>
-  void drop_taken(Heap& h) {
+  void drop_stale(Heap& h) {
     while (!h.empty() && !live_.contains(h.top().ticket)) h.pop();
   }
 
