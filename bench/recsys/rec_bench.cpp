@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
   std::string devices = "cpu";
   double duration = 1.0, warmup = 0.2, table_budget_mib = 256, sim_duration = 0.05;
   int64_t query_size = 0, emb_table_mib = 512;
+  std::string size_quantiles;
   int streams = 4;
   double urgent_slack_ms = PolicyOptions{}.urgent_slack_ms;
   int fuse_across = PolicyOptions{}.fuse_across;
@@ -196,6 +197,9 @@ int main(int argc, char** argv) {
   app.add_option("--table-budget", table_budget_mib, "MiB of tables per model")
       ->capture_default_str();
   app.add_option("--query-size", query_size, "Rows per query (0 = model default)");
+  app.add_option("--size-quantiles", size_quantiles,
+                 "Query sizes drawn from this quantile file instead (MLPerf DLRM's "
+                 "dist_quantile.txt format, e.g. bench/recsys/mlperf_dist_quantile.txt)");
   app.add_option("--emb-table", emb_table_mib, "MiB of the lookup benchmark's table")
       ->capture_default_str();
   app.add_flag("--skip-curves", skip_curves, "Only the kernel measurements");
@@ -242,6 +246,7 @@ int main(int argc, char** argv) {
         const RecModel model = RecModel::generate(cfg);
         WorkloadOptions w;
         w.index.dist = IndexDist::kZipf;
+        if (!size_quantiles.empty()) use_size_quantiles(w.size, read_size_quantiles(size_quantiles));
         QueryFactory f(cfg, w);
         std::vector<std::shared_ptr<const QueryInputs>> pool;
         for (int i = 0; i < 32; ++i) pool.push_back(std::make_shared<QueryInputs>(f.make(i)));
@@ -285,6 +290,7 @@ int main(int argc, char** argv) {
               r["kind"] = to_string(cfg.kind);
               r["rows_scale"] = scale;
               r["query_size"] = cfg.query_size;
+              if (!size_quantiles.empty()) r["query_sizes"] = w.size.quantiles;
               curves.push_back(r);
               std::fprintf(stderr, "%s %s %s %s: %.1f QPS, p50 %.2f ms, p99 %.2f ms\n", dev.c_str(),
                            name.c_str(), pol.c_str(),

@@ -16,50 +16,27 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
-
-
-def wait_ready(url, proc, what, timeout=300):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            sys.exit(f"compare: {what} exited with {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    sys.exit(f"compare: {what} not ready after {timeout} s")
+import servers  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("--tandem", default="build/bin/tandem")
-    ap.add_argument("-m", "--model", default=os.path.expanduser(
-        "~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("-t", "--threads", type=int, default=2)
+    servers.add_server_args(ap)
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--slots", type=int, default=32, help="parallel sequences of both servers")
     ap.add_argument("--ctx", type=int, default=1024, help="context tokens per sequence")
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=200)
-    ap.add_argument("--text", default=os.path.join(
-        os.environ.get("TANDEM_TEXT_DIR", os.path.expanduser("~/.cache/tandem/texts")),
-        "austen.txt"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
     with open(args.text, encoding="utf-8", errors="replace") as f:
         words = f.read().split()
-    servers = {
+    peers = {
         "tandem": ([args.tandem, "serve", "-m", args.model, "--port", "18431", "-t",
                     str(args.threads), "--parallel", str(args.slots), "--ctx", str(args.ctx)],
                    "http://127.0.0.1:18431"),
@@ -72,15 +49,15 @@ def main():
     procs = {}
     logs = {}
     try:
-        for name, (cmd, url) in servers.items():
+        for name, (cmd, url) in peers.items():
             logs[name] = open(f"/tmp/compare-{name}.log", "w")
             procs[name] = subprocess.Popen(cmd, stdout=logs[name], stderr=subprocess.STDOUT)
-        for name, (cmd, url) in servers.items():
-            wait_ready(url, procs[name], name)
+        for name, (cmd, url) in peers.items():
+            servers.wait_ready(url, procs[name], "compare: " + name)
         rows = []
         for c in [int(x) for x in args.clients.split(",")]:
             row = {"clients": c}
-            for name, (cmd, url) in servers.items():
+            for name, (cmd, url) in peers.items():
                 run = argparse.Namespace(url=url, duration=args.duration, max_tokens=args.max_tokens,
                                          prompt_words=args.prompt_words, api_key="",
                                          seed=args.seed)
@@ -105,7 +82,7 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
     doc = {"schema_version": 1, "bench": "serve_vs_llama_server", "command": " ".join(sys.argv),
-           "servers": {k: v[0] for k, v in servers.items()},
+           "servers": {k: v[0] for k, v in peers.items()},
            "settings": {"threads": args.threads, "slots": args.slots, "ctx_per_slot": args.ctx,
                         "duration_s": args.duration, "max_tokens": args.max_tokens,
                         "prompt_words": args.prompt_words, "text": os.path.basename(args.text)},

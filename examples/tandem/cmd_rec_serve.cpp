@@ -164,22 +164,7 @@ int run_rec_serve(const RecServeOptions& o) {
   w.index.zipf_s = o.zipf_s;
   w.size.dist = parse_size_dist(o.size_dist);
   w.size.stddev = o.size_sd;
-  if (!o.size_quantiles.empty()) {
-    // One size per whitespace-separated token (MLPerf's dist_quantile.txt style).
-    std::ifstream f(o.size_quantiles);
-    if (!f) throw IoError(cat("cannot open '", o.size_quantiles, "'"));
-    std::string tok;
-    while (f >> tok) {
-      char* end = nullptr;
-      const double v = std::strtod(tok.c_str(), &end);
-      if (end == tok.c_str() || *end != '\0' || !(v >= 1) || v > double(int64_t{1} << 24))
-        throw ParseError(o.size_quantiles, -1, cat("bad query size '", tok, "'"));
-      w.size.quantiles.push_back(static_cast<int64_t>(std::llround(v)));
-    }
-    if (w.size.quantiles.empty()) throw ParseError(o.size_quantiles, 0, "no query sizes");
-    w.size.dist = SizeDist::kQuantiles;
-    w.size.max = *std::max_element(w.size.quantiles.begin(), w.size.quantiles.end());
-  }
+  if (!o.size_quantiles.empty()) use_size_quantiles(w.size, read_size_quantiles(o.size_quantiles));
   w.seed = o.seed;
   QueryFactory factory(cfg, w);
   std::vector<std::shared_ptr<const QueryInputs>> pool;
@@ -416,7 +401,8 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(number_in(0.0, 1e6))
       ->capture_default_str();
   sub->add_option("--size-quantiles", o->size_quantiles,
-                  "File of equally likely query sizes (e.g. MLPerf's 100-700 quantiles)")
+                  "File of equally likely query sizes in MLPerf DLRM's format "
+                  "(bench/recsys/mlperf_dist_quantile.txt: its 100-700)")
       ->check(CLI::ExistingFile);
   sub->add_option("--index-dist", o->index_dist, "Embedding ids: uniform, zipf, stack")
       ->check(CLI::IsMember({"uniform", "zipf", "stack"}))

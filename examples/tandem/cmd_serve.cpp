@@ -160,8 +160,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option(
          "--kv-max-mib", o->kv_max_mib,
          "KV admission bound in MiB (0: none): a queued request joins the batch only while its "
-         "expected KV bytes (its full cache times the saving the KV policy showed on finished "
-         "requests) fit beside the running sequences' (each the larger of measured and expected)")
+         "full cache fits beside the running sequences' (each the larger of its measured bytes "
+         "and its reservation: the full cache during prefill, after it the full cache times the "
+         "saving the KV policy showed on finished requests)")
       ->check(number_in(0, 1 << 30))
       ->capture_default_str();
   sub->add_option("--kv-policy", o->kv.kv_policy,

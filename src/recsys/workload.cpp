@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <list>
 #include <numeric>
 #include <unordered_map>
@@ -27,6 +29,36 @@ SizeDist parse_size_dist(const std::string& s) {
   if (s == "quantiles") return SizeDist::kQuantiles;
   throw InvalidArgument(cat("unknown query-size distribution '", s,
                             "' (fixed, normal, lognormal, uniform, quantiles)"));
+}
+
+std::vector<int64_t> read_size_quantiles(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw IoError(cat("cannot open query-size quantile file '", path, "'"));
+  std::vector<int64_t> sizes;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(f, line); ++line_no) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream in(line);
+    std::string tok;
+    while (in >> tok) {
+      char* end = nullptr;
+      const double v = std::strtod(tok.c_str(), &end);
+      if (end == tok.c_str() || *end != '\0' || !(v >= 1) || v > double(int64_t{1} << 24))
+        throw ParseError(path, -1,
+                         cat("line ", line_no, ": bad query size '", tok, "' (1 .. 2^24 rows)"));
+      sizes.push_back(static_cast<int64_t>(std::llround(v)));
+    }
+  }
+  if (sizes.empty()) throw ParseError(path, -1, "no query sizes");
+  return sizes;
+}
+
+void use_size_quantiles(QuerySizeOptions& o, std::vector<int64_t> sizes) {
+  if (sizes.empty()) throw InvalidArgument("quantile query sizes need a non-empty list");
+  o.dist = SizeDist::kQuantiles;
+  o.max = *std::max_element(sizes.begin(), sizes.end());
+  o.quantiles = std::move(sizes);
 }
 
 namespace {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "tandem/core/error.h"
@@ -108,6 +110,31 @@ TEST(RecWorkload, QuerySizes) {
   }
   EXPECT_THROW(parse_size_dist("gamma"), InvalidArgument);
   EXPECT_EQ(parse_index_dist("stack"), IndexDist::kStackDistance);
+}
+
+TEST(RecWorkload, SizeQuantileFileInMlperfFormat) {
+  const std::string path = testing::TempDir() + "tandem_size_quantiles.txt";
+  const auto write = [&](const char* text) { std::ofstream(path) << text; };
+  write("# comment line\n100, 100, 200 # trailing\n 700,\n");
+  EXPECT_EQ(read_size_quantiles(path), (std::vector<int64_t>{100, 100, 200, 700}));
+  QuerySizeOptions o;
+  use_size_quantiles(o, read_size_quantiles(path));
+  EXPECT_EQ(o.dist, SizeDist::kQuantiles);
+  EXPECT_EQ(o.max, 700);
+  write("100, 200\n300, 4x0\n");
+  try {
+    read_size_quantiles(path);
+    ADD_FAILURE() << "a bad size was accepted";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("4x0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
+  }
+  write("0, 5\n");
+  EXPECT_THROW(read_size_quantiles(path), ParseError);
+  write("# only a comment\n");
+  EXPECT_THROW(read_size_quantiles(path), ParseError);
+  EXPECT_THROW(read_size_quantiles(path + ".absent"), IoError);
+  std::remove(path.c_str());
 }
 
 TEST(RecWorkload, PoissonGapsHaveTheRateAsMean) {

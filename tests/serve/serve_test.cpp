@@ -493,6 +493,55 @@ TEST(Serve, KvBudgetBoundsAdmission) {
   }
 }
 
+// An evicting policy's saving admits more sequences, and the budget still bounds the peak: a
+// sequence counts as its full cache until its prefill is done (the policy compresses only then).
+TEST(Serve, KvBudgetHoldsThePeakUnderAnEvictingPolicy) {
+  const auto request = [](int i) {
+    std::string text = "request " + std::to_string(i) + " ";
+    while (text.size() < 300) text += "the quick brown fox jumps over the lazy dog ";
+    return chat_body(text.substr(0, 300), 4);
+  };
+  int64_t full_bytes = 0;  // one request's cache with no eviction
+  {
+    Running s;
+    const auto r = s.post("/v1/chat/completions", request(99));
+    ASSERT_EQ(r->status, 200) << r->body;
+    full_bytes = parse(r)["tandem"]["kv_bytes"].get<int64_t>();
+  }
+  ServeOptions o = test_options();
+  o.make_policy = [](const std::string&) -> std::shared_ptr<llm::KvPolicy> {
+    return llm::make_kv_policy("snapkv", {.budget_tokens = 16, .window = 8},
+                               shared().model.make_cache().shape());
+  };
+  o.kv_budget_bytes = full_bytes * 5 / 2;  // two full caches fit, three do not
+  Running s(o);
+  ASSERT_EQ(s.post("/v1/chat/completions", request(98))->status, 200);  // the ratio is learned
+  s.server.engine().set_paused(true);
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", s.port);
+      c.set_read_timeout(30);
+      const auto r = c.Post("/v1/chat/completions", request(i).dump(), "application/json");
+      if (r && r->status == 200) ++ok;
+    });
+  }
+  ASSERT_TRUE(wait_for([&] { return s.server.engine().queued() == 8; }));
+  s.server.engine().set_paused(false);
+  int64_t most = 0, peak = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ok < 8 && std::chrono::steady_clock::now() < end) {
+    most = std::max(most, s.server.engine().running());
+    peak = std::max(peak, s.server.engine().kv_bytes());
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok, 8);
+  EXPECT_GE(most, 3) << "the policy's saving admitted no more than the full cache would";
+  EXPECT_LE(peak, o.kv_budget_bytes) << "full cache " << full_bytes;
+}
+
 TEST(Serve, MalformedRequestsGet4xxAndTheServerStaysUp) {
   Running s;
   std::string ten_k = R"({"messages": [)";

@@ -145,7 +145,9 @@ void Engine::finish(Job& job, const std::string& reason, const std::string& erro
     const int64_t bytes = job.cache->bytes();
     const int64_t full = full_cache_bytes(*job.cache, job.cache->next_position());
     if (reason != "cancelled" && reason != "error" && full > 0) {
-      kv_ratio_ = std::clamp(0.8 * kv_ratio_ + 0.2 * static_cast<double>(bytes) / full, 0.01, 1.0);
+      const double ratio = static_cast<double>(bytes) / static_cast<double>(full);
+      kv_ratio_ = std::clamp(kv_ratio_measured_ ? 0.8 * kv_ratio_ + 0.2 * ratio : ratio, 0.01, 1.0);
+      kv_ratio_measured_ = true;
     }
     job.cache.reset();  // frees the KV memory now
     std::lock_guard lock(job.mu);
@@ -194,19 +196,21 @@ void Engine::loop() {
       }
       int64_t kv_planned = 0;
       for (const auto& job : running_) {
-        kv_planned += std::max(job->cache->bytes(), job->kv_reserved);
+        // on_token sets any_token on this thread, after the policy compressed the prefilled cache.
+        const int64_t reserved = job->any_token ? job->kv_expected : job->kv_full_bytes;
+        kv_planned += std::max(job->cache->bytes(), reserved);
       }
       while (!paused_ && !queue_.empty() &&
              static_cast<int>(running_.size() + admitted.size()) < options_.parallel) {
-        const int64_t expected =
-            static_cast<int64_t>(static_cast<double>(queue_.front()->kv_full_bytes) * kv_ratio_);
+        Job& next = *queue_.front();
         const bool batch_empty = running_.empty() && admitted.empty();
         if (options_.kv_budget_bytes > 0 && !batch_empty &&
-            kv_planned + expected > options_.kv_budget_bytes) {
+            kv_planned + next.kv_full_bytes > options_.kv_budget_bytes) {
           break;  // waits (first in, first out) until sequences finish or shrink
         }
-        kv_planned += expected;
-        queue_.front()->kv_reserved = expected;
+        kv_planned += next.kv_full_bytes;
+        next.kv_expected =
+            static_cast<int64_t>(static_cast<double>(next.kv_full_bytes) * kv_ratio_);
         admitted.push_back(queue_.front());
         queue_.pop_front();
       }

@@ -39,7 +39,7 @@ struct Job {
   std::vector<std::string> stop;  // text stop sequences
   std::unique_ptr<llm::KvCache> cache;
   int64_t kv_full_bytes = 0;  // what a full cache of prompt + max_new_tokens would take
-  int64_t kv_reserved = 0;    // engine: kv_full_bytes x the policy's measured ratio, at admission
+  int64_t kv_expected = 0;    // engine: kv_full_bytes x the policy's measured ratio, at admission
 
   // The channel (under mu).
   std::mutex mu;
@@ -68,11 +68,13 @@ struct EngineOptions {
   int parallel = 4;      // sequences in the running batch at most
   int queue_limit = 64;  // jobs waiting for a slot at most; submit() refuses beyond
   // KV admission (0: none): the job at the head of the queue joins a non-empty batch only while
-  // its expected bytes fit beside the running sequences' (each counted as the larger of its
-  // measured cache and its expectation). Expected = kv_full_bytes x the ratio of measured to
-  // full-cache bytes of the sequences finished so far (1 until one has), so memory a KV policy
-  // saves admits more sequences. It bounds admission; a cache that outgrows its expectation
-  // (the ratio is an average) is not stopped.
+  // its full cache (a KV policy compresses only once the prompt is in) fits beside the running
+  // sequences', each counted as the larger of its measured cache and its reservation: its full
+  // cache until its prefill is done, then its expected bytes = kv_full_bytes x the ratio of
+  // measured to full-cache bytes of the sequences finished so far (1 until one has). So the
+  // memory a KV policy frees admits more sequences, while the sequences in prefill keep the
+  // peak within the budget. It bounds admission; a cache that outgrows its expectation (the
+  // ratio is an average) is not stopped.
   int64_t kv_budget_bytes = 0;
 };
 
@@ -120,7 +122,10 @@ class Engine {
   bool stop_ = false, paused_ = false, cancel_pending_ = false;
   std::vector<std::shared_ptr<Job>> running_;  // engine thread only
   std::atomic<int64_t> queued_{0}, running_count_{0}, kv_bytes_{0};
-  double kv_ratio_ = 1.0;  // measured / full-cache KV bytes of finished sequences (engine thread)
+  // Measured / full-cache KV bytes of finished sequences (engine thread): the first one's, then a
+  // moving average (weight 0.2 for the newest).
+  double kv_ratio_ = 1.0;
+  bool kv_ratio_measured_ = false;
   std::thread thread_;
 };
 

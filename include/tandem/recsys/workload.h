@@ -83,6 +83,11 @@ struct QuerySizeOptions {
   int64_t min = 1, max = 1024;
   std::vector<int64_t> quantiles;  // kQuantiles: equally likely sizes (e.g. 100 values)
 };
+// Query sizes from a quantile file (MLPerf DLRM's tools/dist_quantile.txt format: sizes separated
+// by commas and/or white space, '#' starts a comment); ParseError naming the line on a bad size.
+TANDEM_API std::vector<int64_t> read_size_quantiles(const std::string& path);
+// Sets `o` to draw equally likely sizes from `sizes` (max = the largest).
+TANDEM_API void use_size_quantiles(QuerySizeOptions& o, std::vector<int64_t> sizes);
 TANDEM_API int64_t sample_query_size(const QuerySizeOptions& o, int64_t model_default,
                                      std::mt19937_64& rng);
 
