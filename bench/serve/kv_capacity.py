@@ -84,11 +84,11 @@ def burst(url, prompts, max_tokens, running_metric, kv_metric):
 
 
 def llama_bytes_per_cell(args, port):
-    """Starts llama-server once with 4096 cells and reads its KV size line."""
+    """Starts llama-server once with 4096 cells and reads its KV size line (-lv 4 logs it)."""
     log = "/tmp/kv-capacity-llama-probe.log"
     proc = servers.start([args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port",
                           str(port), "-t", str(args.threads), "--ctx-size", "4096", "--parallel",
-                          "1"], "http://127.0.0.1:%d" % port, log)
+                          "1", "-lv", "4"], "http://127.0.0.1:%d" % port, log)
     servers.stop(proc)
     text = open(log, encoding="utf-8", errors="replace").read()
     m = re.search(r"llama_kv_cache: size =\s*([0-9.]+) MiB \(\s*(\d+) cells", text)

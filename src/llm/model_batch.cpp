@@ -42,8 +42,7 @@ void attend(std::span<const SequenceChunk> chunks, const std::vector<int64_t>& o
   const bool decode = off.back() == n && q3.device().is_cpu();  // host threads for CPU caches
   const int threads = static_cast<int>(std::min<int64_t>(n, cpu_num_threads()));
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (decode && threads > 1)
-  for (int64_t i = 0; i < n; ++i) {
+  auto attend_one = [&](int64_t i) {
     try {
       Tensor out = a3.slice(0, off[i], off[i + 1]);
       cache_attention(q3.slice(0, off[i], off[i + 1]), chunks[i].positions, *chunks[i].cache, layer,
@@ -52,6 +51,17 @@ void attend(std::span<const SequenceChunk> chunks, const std::vector<int64_t>& o
 #pragma omp critical(tandem_forward_batch_error)
       if (!error) error = std::current_exception();
     }
+  };
+  if (decode && threads > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) attend_one(i);
+  } else {
+    // No parallel region at all here (not even an inactive one, `if(false)`): cache_attention's
+    // own region must stay at the top level, where libgomp reuses its pooled threads. Nested
+    // under an inactive region it started a new team per call (threads created per layer, and
+    // the pooled ones spinning beside them): 9 instead of 92-107 tokens/s for one sequence at
+    // -t 2 (SmolLM2 through tandem serve).
+    for (int64_t i = 0; i < n; ++i) attend_one(i);
   }
   if (error) std::rethrow_exception(error);
   for (int64_t i = 0; i < n; ++i) {
