@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -335,6 +336,47 @@ TEST(RecServing, SimGpuThreeQueriesHandBuiltSchedules) {
   EXPECT_NEAR(f[0], t_us, 0.1);  // 0.02 µs off here: more events, more clock rounding
   EXPECT_NEAR(f[2], f[1], tol);
   EXPECT_LT(f[1], 2 * t_us - tol);
+}
+
+// Horizontal fusion merges queries of one shape bucket (rows rounded up to a power of two, the
+// spec's "same (model, graph node, shape bucket)"): two queries of 5..8 rows answer together;
+// with one of 3..4 rows instead they run one after the other. Every score is the sequential one.
+TEST(RecServing, SimGpuFusionTakesOneShapeBucket) {
+  Fixture fx("tiny-bst", 24);
+  auto find = [&](int64_t lo, int64_t hi, int skip) {
+    for (int i = 1; i < static_cast<int>(fx.pool.size()); ++i)
+      if (i != skip && fx.pool[i]->rows >= lo && fx.pool[i]->rows <= hi) return i;
+    return -1;
+  };
+  const int a = find(5, 8, -1);
+  int b = -1;  // another size of the same bucket
+  for (int i = 1; i < static_cast<int>(fx.pool.size()); ++i)
+    if (i != a && fx.pool[i]->rows >= 5 && fx.pool[i]->rows <= 8 &&
+        fx.pool[i]->rows != fx.pool[a]->rows)
+      b = i;
+  const int c = find(3, 4, -1);
+  ASSERT_TRUE(a > 0 && b > 0 && c > 0) << "the fixture's sizes changed";
+  auto run = [&](const std::vector<int>& idx) {
+    SimExecutor sim(sim_device("h100"), {.jitter = 0});
+    auto p = make_policy(fx.model, sim,
+                         {.policy = "recos", .streams = 1, .horizon_us = 1e-9, .fuse_across = 3});
+    std::vector<std::future<Response>> futs;
+    for (int i : idx) futs.push_back(p->submit(fx.pool[i], {}));
+    sim.synchronize();
+    std::vector<double> lat_us;
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const Response r = futs[j].get();
+      EXPECT_EQ(r.scores, fx.expected[idx[j]]);
+      lat_us.push_back(1e6 * r.latency_s);
+    }
+    return lat_us;
+  };
+  const double tol = 0.005;  // µs
+  // The first query is one op ahead of the others and runs alone (see the hand-built cases).
+  const auto same = run({0, a, b});
+  EXPECT_NEAR(same[1], same[2], tol) << fx.pool[a]->rows << " and " << fx.pool[b]->rows << " rows";
+  const auto apart = run({0, c, b});
+  EXPECT_GT(std::abs(apart[1] - apart[2]), 1.0) << fx.pool[c]->rows << " and " << fx.pool[b]->rows;
 }
 
 // Fails the last node of every query whose first dense value is kFailMarker, the way the
