@@ -11,11 +11,12 @@
 import json
 import sys
 
-ORDER = ["fcfs", "stream-pool", "instances", "b4", "recos-llf", "recos-nofuse", "recos", "race",
-         "recos+race"]
+ORDER = ["fcfs", "stream-pool", "instances", "b4", "recos-llf", "recos-nofuse", "recos-exact",
+         "recos", "race", "recos+race"]
 LABEL = {"fcfs": "B1 fcfs", "stream-pool": "B2 stream-pool", "instances": "B3 instances",
          "b4": "B4 lookup-ahead", "recos-llf": "RecOS least slack (spec rule)",
-         "recos-nofuse": "RecOS no fusion", "recos": "RecOS", "race": "RACE",
+         "recos-nofuse": "RecOS no fusion", "recos-exact": "RecOS exact-size fusion",
+         "recos": "RecOS", "race": "RACE",
          "recos+race": "RecOS+RACE"}
 
 

@@ -80,7 +80,7 @@ struct PolicyOptions {
   // slack for every op (processor sharing among in-flight queries: a longer tail, measured).
   double urgent_slack_ms = 0;
   // recos, recos+race: horizontal fusion, at most this many queries' instances of one graph node
-  // (same query size) in one launch; 1 = off; 0 = by executor: 4 where a group is one kernel
+  // (one shape bucket: rows rounded up to a power of two) in one launch; 1 = off; 0 = by executor: 4 where a group is one kernel
   // (ExecutorInfo::grouped_launch, SimGPU), 1 on the CPU executor (its group runs the members back
   // to back, and fused it lost to unfused there). Measured: docs/results/recsys-recos-edf-*.md.
   int fuse_across = 0;
