@@ -80,9 +80,10 @@ struct PolicyOptions {
   // slack for every op (processor sharing among in-flight queries: a longer tail, measured).
   double urgent_slack_ms = 0;
   // recos, recos+race: horizontal fusion, at most this many queries' instances of one graph node
-  // (one shape bucket: rows rounded up to a power of two) in one launch; 1 = off; 0 = by executor: 4 where a group is one kernel
-  // (ExecutorInfo::grouped_launch, SimGPU), 1 on the CPU executor (its group runs the members back
-  // to back, and fused it lost to unfused there). Measured: docs/results/recsys-recos-edf-*.md.
+  // (of one shape bucket: rows rounded up to a power of two) in one launch; 1 = off; 0 = by
+  // executor: 4 where a group is one kernel (ExecutorInfo::grouped_launch, SimGPU), 1 on the CPU
+  // executor (its group runs the members back to back, and fused it lost to unfused there).
+  // Measured: docs/results/recsys-recos-edf-*.md, recsys-recos-mlperf-sizes-*.md.
   int fuse_across = 0;
   double rho = 0.5;        // RACE lookup budget: share of the parallel units for lookups
   int lookup_streams = 1;  // RACE lane E (K_E); lane D gets streams - lookup_streams (>= 1)
