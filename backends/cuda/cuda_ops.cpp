@@ -279,19 +279,43 @@ class CudaKernels final : public ops::OpKernels {
     sc.finish(std::move(keep));
   }
 
-  // The page table (device pointers, sizes, slot positions) and the query positions are packed
-  // into one host buffer and copied to the device in one transfer before the kernel.
+  // The page table (device pointers, sizes, slot positions), the chunk plan (flash_decode.h) and
+  // the query positions are packed into one host buffer and copied to the device in one transfer
+  // before the split and merge kernels; the chunks' partial states live in a scratch buffer.
   void paged_attention(const Tensor& q, std::span<const int32_t> q_positions,
                        const ops::PagedKv& kv, Tensor& out, float scale, Stream* s) override {
     OpScope sc(b_, out, s, "paged_attention");
     const int64_t hkv = static_cast<int64_t>(kv.heads.size());
-    int64_t n_pages = 0, n_slots = 0;
+    const int64_t tq = q.size(0), hq = q.size(1), d = q.size(2), group = hq / hkv;
+    int max_smem = 0;
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                             b_.ordinal(out.device().index)));
+    if (k::paged_attention_smem_bytes(d, group) > static_cast<size_t>(max_smem))
+      throw Unsupported(cat("paged_attention on ", out.device().to_string(), ": head dim ", d,
+                            " with ", group, " query heads per KV head needs more shared memory ",
+                            "than the device's ", max_smem, " bytes"));
+    std::vector<int32_t> used;
+    std::vector<int64_t> head_page_begin;
+    int64_t n_slots = 0, max_head_slots = 0;
     for (const auto& pages : kv.heads) {
-      n_pages += static_cast<int64_t>(pages.size());
-      for (const ops::KvPage& pg : pages) n_slots += pg.used;
+      head_page_begin.push_back(static_cast<int64_t>(used.size()));
+      int64_t head_slots = 0;
+      for (const ops::KvPage& pg : pages) {
+        used.push_back(pg.used);
+        head_slots += pg.used;
+      }
+      n_slots += head_slots;
+      max_head_slots = std::max(max_head_slots, head_slots);
     }
-    const int64_t tq = q.size(0);
-    const int64_t off_begin = n_pages * static_cast<int64_t>(sizeof(k::PagedPage));
+    head_page_begin.push_back(static_cast<int64_t>(used.size()));
+    std::vector<FlashChunk> chunks;
+    std::vector<int64_t> head_chunk_begin;
+    plan_flash_chunks(used, head_page_begin, flash_chunk_slots(tq, hkv, max_head_slots), chunks,
+                      head_chunk_begin);
+    const auto n_pages = static_cast<int64_t>(used.size());
+    const auto n_chunks = static_cast<int64_t>(chunks.size());
+    const int64_t off_chunks = n_pages * static_cast<int64_t>(sizeof(k::PagedPage));
+    const int64_t off_begin = off_chunks + n_chunks * static_cast<int64_t>(sizeof(FlashChunk));
     const int64_t off_qpos = off_begin + (hkv + 1) * 8;
     const int64_t off_pos = off_qpos + ((tq * 4 + 7) / 8) * 8;
     const int64_t total = off_pos + n_slots * 4;
@@ -300,46 +324,46 @@ class CudaKernels final : public ops::OpKernels {
     auto* hb = static_cast<uint8_t*>(host.raw_data());
     auto* db = static_cast<uint8_t*>(dev.raw_data());
     auto* pages_h = reinterpret_cast<k::PagedPage*>(hb);
-    auto* begin_h = reinterpret_cast<int64_t*>(hb + off_begin);
     auto* pos_h = reinterpret_cast<int32_t*>(hb + off_pos);
+    std::copy(chunks.begin(), chunks.end(), reinterpret_cast<FlashChunk*>(hb + off_chunks));
+    std::copy(head_chunk_begin.begin(), head_chunk_begin.end(),
+              reinterpret_cast<int64_t*>(hb + off_begin));
     std::copy(q_positions.begin(), q_positions.end(), reinterpret_cast<int32_t*>(hb + off_qpos));
     std::vector<Tensor> keep{q, out, host};
     int64_t page = 0, slot = 0;
     for (int64_t h = 0; h < hkv; ++h) {
-      begin_h[h] = page;
       for (const ops::KvPage& pg : kv.heads[h]) {
-        k::PagedPage& d = pages_h[page++];
-        d.k = pg.k->raw_data();
-        d.v = pg.v->raw_data();
-        d.positions = reinterpret_cast<const int32_t*>(db + off_pos) + slot;
-        d.used = pg.used;
-        d.f16 = pg.k->dtype() == DType::kF16 ? 1 : 0;
+        k::PagedPage& pd = pages_h[page++];
+        pd.k = pg.k->raw_data();
+        pd.v = pg.v->raw_data();
+        pd.positions = reinterpret_cast<const int32_t*>(db + off_pos) + slot;
+        pd.used = pg.used;
+        pd.f16 = pg.k->dtype() == DType::kF16 ? 1 : 0;
         std::copy(pg.positions, pg.positions + pg.used, pos_h + slot);
         slot += pg.used;
         keep.push_back(*pg.k);
         keep.push_back(*pg.v);
       }
     }
-    begin_h[hkv] = page;
     TANDEM_CUDA_CHECK(
         cudaMemcpyAsync(db, hb, static_cast<size_t>(total), cudaMemcpyHostToDevice, sc.stream()));
+    Tensor partial = sc.scratch(
+        {std::max<int64_t>(1, k::paged_attention_partial_floats(tq, n_chunks, group, d))},
+        DType::kF32);
     k::PagedAttentionArgs a;
     a.q = ptr<float>(q);
     a.out = ptr<float>(out);
     a.q_pos = reinterpret_cast<const int32_t*>(db + off_qpos);
     a.pages = reinterpret_cast<const k::PagedPage*>(db);
-    a.head_begin = reinterpret_cast<const int64_t*>(db + off_begin);
+    a.chunks = reinterpret_cast<const FlashChunk*>(db + off_chunks);
+    a.head_chunk_begin = reinterpret_cast<const int64_t*>(db + off_begin);
+    a.n_chunks = n_chunks;
+    a.partial = ptr<float>(partial);
     a.tq = tq;
-    a.hq = q.size(1);
+    a.hq = hq;
     a.hkv = hkv;
-    a.d = q.size(2);
+    a.d = d;
     a.scale = scale;
-    int max_smem = 0;
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                             b_.ordinal(out.device().index)));
-    if (k::paged_attention_smem_bytes(a.d) > static_cast<size_t>(max_smem))
-      throw Unsupported(cat("paged_attention on ", out.device().to_string(), ": head dim ", a.d,
-                            " needs more shared memory than the device's ", max_smem, " bytes"));
     TANDEM_CUDA_CHECK(k::paged_attention(a, sc.stream()));
     sc.finish(std::move(keep));
   }

@@ -5,7 +5,8 @@
 // is the column-major C^T[n, m], and C^T = op(B)^T op(A)^T, so cuBLAS is called with the operands
 // swapped (B first), the dimensions (n, m, k) and each operand's stored row length as its leading
 // dimension. Non-f32 weights (f16, bf16, q8_0, q4_0, q4_1, stored [N, K]) take the fused
-// dequantize-GEMV kernel when M <= 8 (decode steps), else they are dequantized to f32 in chunks of
+// dequantize-GEMV kernel when M <= 8 (decode steps; with int8_activations and q8_0/q4_0/q4_1
+// weights, the int8-activation GEMV, which rounds A to int8 blocks and uses __dp4a), else they are dequantized to f32 in chunks of
 // at most kScratchFloats into a scratch buffer, each chunk multiplied with cuBLAS into its columns
 // of C. conv2d is im2col (skipped for 1x1/stride-1/no-padding kernels) + one strided-batched GEMM
 // over groups per image, then a per-channel bias.
@@ -53,6 +54,15 @@ void run_gemm(CudaBackend& backend, const Tensor& a, const Tensor& b, Tensor& c,
     if (b.dtype() == DType::kF32) {
       sgemm_rm(sc, p.trans_a, p.trans_b, m, n, k, p.alpha, ptr<float>(a), lda, ptr<float>(b),
                p.trans_b ? k : n, p.beta, ptr<float>(c), n);
+    } else if (m <= k::kGemvMaxRows && p.int8_activations && p.trans_b && k % 32 == 0 &&
+               (b.dtype() == DType::kQ8_0 || b.dtype() == DType::kQ4_0 ||
+                b.dtype() == DType::kQ4_1)) {
+      const int64_t stride_m = p.trans_a ? 1 : k, stride_k = p.trans_a ? m : 1;
+      const auto bytes = static_cast<int64_t>(k::gemv_int8_scratch_bytes(static_cast<int>(m), k));
+      Tensor scratch = sc.scratch(Shape{bytes}, DType::kU8);
+      TANDEM_CUDA_CHECK(k::gemv_int8(b.dtype(), ptr<float>(a), stride_m, stride_k, b.raw_data(),
+                                     ptr<float>(c), static_cast<int>(m), n, k, p.alpha, p.beta,
+                                     scratch.raw_data(), sc.stream()));
     } else if (m <= k::kGemvMaxRows) {
       // a(i, kk) = a[i * lda + kk] untransposed, a[kk * m + i] transposed.
       const int64_t stride_m = p.trans_a ? 1 : k, stride_k = p.trans_a ? m : 1;

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   bench->add_option("-o,--output", bo.output, "Output format")
       ->check(CLI::IsMember({"md", "json", "jsonl", "csv"}))
       ->capture_default_str();
-  bench->add_option("-s,--suite", bo.suite, "Comma-separated suites: gemm, attention")
+  bench->add_option("-s,--suite", bo.suite, "Comma-separated suites: gemm, attention, copy, decode")
       ->capture_default_str();
   bench->add_option("-r,--repetitions", bo.repetitions, "Timed repetitions per case")
       ->check(CLI::Range(1, 1000))

@@ -3,6 +3,9 @@
 #include "tandem/llm/synthetic_model.h"
 
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/core/tensor.h"
@@ -40,6 +43,35 @@ Tensor noise(const std::string& name, const Shape& shape, float scale, float off
   Tensor q = Tensor::empty(shape, dtype);
   ops::convert(f, q);
   return q;
+}
+
+// A SentencePiece ("llama") vocabulary of n tokens, so that tokenizers (tandem's, llama.cpp's)
+// accept the file: <unk>, <s>, </s>, the 256 byte-fallback tokens <0x00>..<0xFF>, then filler
+// pieces "▁w<i>" with falling scores. Needs n >= 259; smaller vocabularies get none.
+void add_vocabulary(GgufWriter& w, int64_t n) {
+  constexpr int64_t kFixed = 3 + 256;
+  if (n < kFixed) return;
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int64_t> types = {2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
+    tokens.emplace_back(hex);
+    types.push_back(6);  // byte
+  }
+  for (int64_t i = kFixed; i < n; ++i) {
+    tokens.push_back("\xe2\x96\x81w" + std::to_string(i - kFixed));
+    types.push_back(1);  // normal
+  }
+  std::vector<double> scores(static_cast<size_t>(n), 0.0);
+  for (int64_t i = kFixed; i < n; ++i) scores[i] = -static_cast<double>(i - kFixed);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_float_array("tokenizer.ggml.scores", scores);
+  w.set_int_array("tokenizer.ggml.token_type", types);
+  w.set_int("tokenizer.ggml.unknown_token_id", 0, GgufType::kU32);
+  w.set_int("tokenizer.ggml.bos_token_id", 1, GgufType::kU32);
+  w.set_int("tokenizer.ggml.eos_token_id", 2, GgufType::kU32);
 }
 
 }  // namespace
@@ -99,6 +131,7 @@ void write_synthetic_llama(const SyntheticLlamaConfig& c, const std::string& pat
   w.set_int("llama.rope.dimension_count", hd, GgufType::kU32);
   w.set_float("llama.attention.layer_norm_rms_epsilon", 1e-5);
   w.set_float("llama.rope.freq_base", c.rope_theta);
+  add_vocabulary(w, c.vocab_size);
   const auto fan_in = [](int64_t k) { return static_cast<float>(std::sqrt(3.0 / k)); };
   w.add_tensor("token_embd.weight", noise("token_embd", {c.vocab_size, d}, 1.0f, 0, wt, c.seed));
   w.add_tensor("output_norm.weight", noise("output_norm", {d}, 0.1f, 1.0f, DType::kF32, c.seed));

@@ -5,6 +5,8 @@
 // rows into slices: the cases leave partial passes (N not a multiple of the rows per pass), span
 // several scale chunks and K slices, and cover transposed A, alpha and beta, and the switch to the
 // library GEMM just past the GEMV's M.
+#include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "consistency_common.h"
@@ -49,6 +51,58 @@ TEST(Gemm, WeightGemvLongRows) {
     check_gemm({1, 5, k, false, true, 1.0f, 0.0f}, wt, seed += 3);
     check_gemm({1, 9, k, false, true, 0.5f, -1.0f}, wt, seed += 3);
     check_gemm({2, 3, k, false, true, 1.0f, 0.5f}, wt, seed += 3);
+  }
+}
+
+// GemmParams::int8_activations (decode steps): the backend may round A to int8 per 32-element
+// block (d = max|x| / 127; the CPU at M = 1 with AVX-512 VNNI, CUDA at M <= 8 with __dp4a) or
+// ignore the flag. Rounding a(i, j) to its block's grid d_b moves it by at most d_b / 2, so
+// c(i, n) moves by at most |alpha| sum_j |w(n, j)| d_b / 2: the tolerance, per element, is that
+// bound plus the f32 reduction tolerance.
+TEST(Gemm, Int8ActivationsWithinTheirRounding) {
+  TANDEM_OPS_PROLOGUE();
+  uint32_t seed = 900;
+  for (DType wt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    for (const GemmCase& g : {GemmCase{1, 37, 576, false, true, 1.0f, 0.0f},
+                              GemmCase{1, 300, 1536, false, true, 0.5f, 0.25f},
+                              GemmCase{3, 9, 2112, false, true, 1.0f, 0.0f},
+                              GemmCase{8, 17, 96, true, true, -1.0f, 1.0f}}) {
+      const std::string what = cat("int8 gemm ", dtype_name(wt), " m=", g.m, " n=", g.n,
+                                   " k=", g.k, " ta=", g.ta, " alpha=", g.alpha, " beta=", g.beta);
+      SCOPED_TRACE(what);
+      seed += 3;
+      const Tensor a = random_tensor(g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}, seed, -3.0f, 3.0f);
+      const Tensor b = converted(random_tensor({g.n, g.k}, seed + 1), wt);
+      const Tensor c0 = random_tensor({g.m, g.n}, seed + 2);
+      ops::GemmParams p{.trans_a = g.ta, .trans_b = true, .alpha = g.alpha, .beta = g.beta,
+                        .int8_activations = true};
+      Tensor want = c0.clone();
+      reference().gemm(a, b, want, p, nullptr);
+      Guarded out({g.m, g.n}, DType::kF32, g.beta != 0.0f ? &c0 : nullptr);
+      ops::gemm(on_device(a), on_device(b), out.view(), p);
+      const Tensor got = out.result(what);
+      const std::vector<float> av = a.contiguous().to_float_vector(), bv = b.to_float_vector();
+      const Tol red = tol::reduction(g.k);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < g.m; ++i) {
+        for (int64_t n = 0; n < g.n; ++n) {
+          double bound = 0.0;
+          for (int64_t b0 = 0; b0 < g.k; b0 += 32) {
+            double amax = 0.0;
+            for (int64_t j = b0; j < b0 + 32; ++j)
+              amax = std::max(amax, std::fabs(double{av[g.ta ? j * g.m + i : i * g.k + j]}));
+            for (int64_t j = b0; j < b0 + 32; ++j)
+              bound += std::fabs(double{bv[n * g.k + j]}) * amax / 127.0 / 2.0;
+          }
+          const double w = want.data<float>()[i * g.n + n], x = got.data<float>()[i * g.n + n];
+          const double allowed = std::fabs(g.alpha) * bound + red.atol + red.rtol * std::fabs(w);
+          if (!(std::fabs(x - w) <= allowed) && bad++ < 3)
+            ADD_FAILURE() << what << ": c(" << i << ", " << n << ") = " << x << ", want " << w
+                          << " within " << allowed;
+        }
+      }
+      EXPECT_EQ(bad, 0) << what;
+    }
   }
 }
 

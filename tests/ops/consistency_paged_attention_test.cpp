@@ -100,6 +100,10 @@ TEST(PagedAttention, RaggedHeadsAndPages) {
       {5, 150, 8, 1, 96, 64, DType::kF32, 0.5, 145},  // MQA, 96-wide heads
       {4, 90, 9, 3, 64, 32, DType::kF16, 0.8, 86},    // f16 pages
       {3, 40, 4, 2, 16, 16, DType::kF32, 1.0, -5},    // queries before every slot: zeros
+      // Long decode contexts (many chunks per KV head on CUDA), GQA 8, head dims 128 and 41.
+      {1, 3000, 16, 2, 128, 256, DType::kF16, 0.9, 2999},
+      {2, 2000, 8, 8, 64, 16, DType::kF16, 0.7, 1990},
+      {1, 1500, 24, 3, 41, 32, DType::kF32, 0.8, 1499},
   };
   uint32_t seed = 700;
   for (const PagedCase& c : cases) check_paged(c, seed += 31);

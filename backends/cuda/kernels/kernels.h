@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "flash_decode.h"
 #include "tandem/core/dtype.h"
 #include "tandem/ops/params.h"
 
@@ -39,6 +40,14 @@ inline constexpr int kGemvMaxRows = 8;
 cudaError_t gemv_weights(DType t, const float* a, int64_t a_stride_m, int64_t a_stride_k,
                          const void* w, float* c, int m, int64_t n, int64_t k, float alpha,
                          float beta, cudaStream_t s);
+// The same product with the activation rows rounded to int8 per 32-element block first
+// (ops::GemmParams::int8_activations; gemv_int8.cu, arithmetic in gemv_int8_block.h): w q8_0,
+// q4_0 or q4_1, k a multiple of 32, m <= kGemvMaxRows. scratch: gemv_int8_scratch_bytes(m, k) of
+// device memory, 16-byte aligned.
+size_t gemv_int8_scratch_bytes(int m, int64_t k);
+cudaError_t gemv_int8(DType t, const float* a, int64_t a_stride_m, int64_t a_stride_k,
+                      const void* w, float* c, int m, int64_t n, int64_t k, float alpha, float beta,
+                      void* scratch, cudaStream_t s);
 // out[i, :] = float(table[ids[i], :]); ids outside [0, vocab) are clamped (the glue checks them
 // first).
 cudaError_t embedding(DType t, const void* table, const int32_t* ids, float* out, int64_t tokens,
@@ -106,8 +115,8 @@ cudaError_t gather_units(const void* src, const StridedView& view, int64_t unit_
                          int64_t n, cudaStream_t s);
 
 // ------------------------------------------------------------------- paged attention
-// (paged_attention.cu) One page of the paged KV store, as the kernel reads it (all pointers on the
-// device).
+// (paged_attention.cu, flash-decoding split and merge; chunk and merge math in flash_decode.h)
+// One page of the paged KV store, as the kernel reads it (all pointers on the device).
 struct PagedPage {
   const void* k = nullptr;  // [capacity, d] f32 or f16
   const void* v = nullptr;
@@ -116,15 +125,22 @@ struct PagedPage {
   int32_t f16 = 0;  // 1: k and v are f16
 };
 struct PagedAttentionArgs {
-  const float* q = nullptr;             // [tq, hq, d]
-  float* out = nullptr;                 // [tq, hq, d]
-  const int32_t* q_pos = nullptr;       // [tq]
-  const PagedPage* pages = nullptr;     // pages of KV head h: [head_begin[h], head_begin[h + 1])
-  const int64_t* head_begin = nullptr;  // [hkv + 1]
+  const float* q = nullptr;          // [tq, hq, d]
+  float* out = nullptr;              // [tq, hq, d]
+  const int32_t* q_pos = nullptr;    // [tq]
+  const PagedPage* pages = nullptr;  // every head's pages, head by head
+  // The slots of KV head h cut into chunks [head_chunk_begin[h], head_chunk_begin[h + 1]) of
+  // `chunks` (plan_flash_chunks).
+  const FlashChunk* chunks = nullptr;
+  const int64_t* head_chunk_begin = nullptr;  // [hkv + 1]
+  int64_t n_chunks = 0;
+  float* partial = nullptr;  // paged_attention_partial_floats(...) floats of device scratch
   int64_t tq = 0, hq = 0, hkv = 0, d = 0;
   float scale = 1.0f;
 };
-size_t paged_attention_smem_bytes(int64_t d);
+// Dynamic shared memory of the split kernel for head dim d and GQA group size hq / hkv.
+size_t paged_attention_smem_bytes(int64_t d, int64_t group);
+int64_t paged_attention_partial_floats(int64_t tq, int64_t n_chunks, int64_t group, int64_t d);
 cudaError_t paged_attention(const PagedAttentionArgs& a, cudaStream_t s);
 
 // ------------------------------------------------------------------- quantized paged attention

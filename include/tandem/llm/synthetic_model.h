@@ -3,7 +3,9 @@
 // TinyLlama-1.1B, SmolLM2-135M) but few layers and generated weights, so speed per layer can be
 // measured at 7B shapes on a machine that cannot hold (or fetch) 7B weights. The weights are
 // uniform noise scaled by 1/sqrt(fan-in), quantized to the chosen GGUF type; the text they produce
-// is meaningless, the memory traffic and arithmetic are those of the real layer.
+// is meaningless, the memory traffic and arithmetic are those of the real layer. A vocabulary of
+// placeholder pieces (with byte fallback) makes the files loadable by tokenizers, tandem's and
+// llama.cpp's alike, so both can run the same file.
 //
 //   auto cfg = tandem::llm::synthetic_preset("llama7b");   // d 4096, ff 11008, 32 heads, vocab
 //   32000 cfg.n_layers = 2; tandem::llm::write_synthetic_llama(cfg, "llama7b-2l.gguf"); auto model

@@ -15,7 +15,8 @@ struct GemmParams {
   float beta = 0.0f;  // C = alpha * op(A) op(B) + beta * C
   // M = 1 with q8_0/q4_0/q4_1 weights [N, K] (trans_b): the CPU backend may round A to int8 blocks
   // of 32 and use integer dot products (llama.cpp's decode arithmetic; ~1/254 relative error per
-  // element of A). Backends without such a path ignore it.
+  // element of A); the CUDA backend does so for M <= 8 (__dp4a). Backends without such a path
+  // ignore it.
   bool int8_activations = false;
 };
 
