@@ -20,6 +20,7 @@ no other dependency.
       --out configs/recsys/recstream/sim-h100.json
 """
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -79,8 +80,9 @@ def variant(rng, i):
 
 
 def rec_tune(tandem, model, clients, size_dist, duration, seed, weights=None, features=True,
-             device="sim:h100"):
+             device="sim:h100", query_size=0):
     cmd = [tandem, "rec-tune", "--model", model, "--device", device, "--clients", str(clients),
+           "--query-size", str(query_size),
            "--size-dist", size_dist, "--duration", str(duration), "--warmup", str(duration / 5),
            "--seed", str(seed), "--table-budget", "16", "-o", "json"]
     if features:
@@ -317,22 +319,25 @@ def fixture(a):
 def evaluate(a):
     """rec-tune with the weights on (model, load) pairs held out of training: one JSON document
     with every run, and a markdown table of the choices and their regret."""
-    runs = []
-    for model in a.models.split(","):
-        for clients in [int(c) for c in a.clients.split(",")]:
-            j = rec_tune(a.tandem, model, clients, a.size_dist, a.duration, a.seed,
-                         weights=a.weights, features=False, device=a.device)
-            runs.append(j)
-            r = j["recstream"]
-            print(f"{model} {clients}: oracle {j['oracle']['config']}, RecStream {r['config']} "
-                  f"regret {100 * r['regret']:.1f}%", file=sys.stderr)
+    pairs = [(m, int(c)) for m in a.models.split(",") for c in a.clients.split(",")]
+
+    def one(pair):
+        j = rec_tune(a.tandem, pair[0], pair[1], a.size_dist, a.duration, a.seed,
+                     weights=a.weights, features=False, device=a.device, query_size=a.query_size)
+        r = j["recstream"]
+        print(f"{pair[0]} {pair[1]}: oracle {j['oracle']['config']}, RecStream {r['config']} "
+              f"regret {100 * r['regret']:.1f}%", file=sys.stderr)
+        return j
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+        runs = list(pool.map(one, pairs))
     cmd = "python3 bench/recsys/recstream_train.py " + " ".join(sys.argv[1:])
     with open(a.out + ".json", "w") as f:
         json.dump({"command": cmd, "runs": runs}, f, indent=1)
         f.write("\n")
     lines = ["| model | clients | oracle (p99 ms) | default stream-pool:1 | fixed recos:4 | "
-             "hill climbing (probes) | RecStream choice | RecStream predicted / measured p99 ms |",
-             "|---|---|---|---|---|---|---|---|"]
+             "hill climbing (probes) | RecStream choice | RecStream predicted / measured p99 ms | "
+             "RecStream vs default |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for j in runs:
         o, d, fx, h, r = (j[k] for k in ("oracle", "default", "fixed", "hill_climbing", "recstream"))
         lines.append(
@@ -340,7 +345,7 @@ def evaluate(a):
             f"| {d['p99_ms']:.3f} ({100 * d['regret']:+.1f}%) | {fx['p99_ms']:.3f} "
             f"({100 * fx['regret']:+.1f}%) | {h['config']} {100 * h['regret']:+.1f}% ({h['probes']}) "
             f"| {r['config']} {100 * r['regret']:+.1f}% | {r['predicted_p99_ms']:.3f} / "
-            f"{r['measured_p99_ms']:.3f} |")
+            f"{r['measured_p99_ms']:.3f} | {100 * (r['measured_p99_ms'] / d['p99_ms'] - 1):+.1f}% |")
     reg = [j["recstream"]["regret"] for j in runs]
     hill = [j["hill_climbing"]["regret"] for j in runs]
     dflt = [j["default"]["regret"] for j in runs]
@@ -350,6 +355,35 @@ def evaluate(a):
               f"{100 * np.mean(dflt):.1f}%, max {100 * np.max(dflt):.1f}%.", "", "```", cmd, "```"]
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
+    plot(runs, a.out + ".svg")
+
+
+def plot(runs, path):
+    """Per held-out model, p99 against clients: the oracle, the default, hill climbing and
+    RecStream's choice (svgplot, log y)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "scripts", "lib"))
+    from svgplot import Panel, document
+    series = {"oracle": "#2ca02c", "default": "#7f7f7f", "hill_climbing": "#1f77b4",
+              "recstream": "#d62728"}
+    models = sorted({j["params"]["model"] for j in runs})
+    w, h = 300, 200
+    out = document(60 + len(models) * (w + 90), h + 130, "RecStream vs B5 on held-out pairs "
+                   "(p99 ms, sim:h100)", list(series), series)
+    for i, m in enumerate(models):
+        rs = sorted((j for j in runs if j["params"]["model"] == m),
+                    key=lambda j: j["params"]["clients"])
+        pts = {k: [(j["params"]["clients"], j[k]["p99_ms" if k != "recstream" else
+                                               "measured_p99_ms"]) for j in rs] for k in series}
+        vals = [v for p in pts.values() for _, v in p]
+        pan = Panel(70 + i * (w + 90), 70, w, h, [j["params"]["clients"] for j in rs],
+                    min(vals), max(vals), True, m, "p99 ms")
+        out += pan.frame()
+        for k, c in series.items():
+            out += pan.line(pts[k], c, "4,3" if k == "oracle" else "")
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
 
 
 def main():
@@ -391,6 +425,8 @@ def main():
     e.add_argument("--duration", type=float, default=0.003)
     e.add_argument("--device", default="sim:h100")
     e.add_argument("--seed", type=int, default=1)
+    e.add_argument("--query-size", type=int, default=0, help="rows per query (0: the model's)")
+    e.add_argument("--jobs", type=int, default=2, help="rec-tune processes at once")
     e.add_argument("--out", required=True, help="path without extension: writes .json and .md")
     a = ap.parse_args()
     {"sweep": sweep, "train": train, "fixture": fixture, "evaluate": evaluate}[a.cmd](a)

@@ -207,5 +207,34 @@ TEST(RecStream, WrongWeightFilesAreRejectedByField) {
   EXPECT_THROW(load_recstream_weights("/nonexistent/recstream.json"), IoError);
 }
 
+// The committed weights, through the C++ forward, against the trainer's numpy forward on the
+// inputs it stored with them.
+TEST(RecStream, ForwardEqualsTheTrainersNumpyForward) {
+  std::ifstream f(TANDEM_RECSTREAM_FIXTURE);
+  ASSERT_TRUE(f) << TANDEM_RECSTREAM_FIXTURE;
+  const nlohmann::json fx = nlohmann::json::parse(f);
+  const RecStreamWeights w = load_recstream_weights(std::string(TANDEM_SOURCE_DIR) + "/" +
+                                                    fx["weights"].get<std::string>());
+  EXPECT_EQ(w.configs.size(), stream_config_space().size());
+  ASSERT_FALSE(fx["cases"].empty());
+  for (const auto& c : fx["cases"]) {
+    RecStreamInputs in;
+    auto read = [](const nlohmann::json& rows) {
+      Matrix m{int64_t(rows.size()), int64_t(rows[0].size()), {}};
+      for (const auto& r : rows)
+        for (double v : r) m.v.push_back(v);
+      return m;
+    };
+    in.x = read(c["x"]);
+    in.adj = read(c["adj"]);
+    in.z = c["z"].get<std::vector<double>>();
+    const RecStreamPrediction p = recstream_predict(w, in);
+    const auto want = c["log_p99_ms"].get<std::vector<double>>();
+    ASSERT_EQ(p.log_p99_ms.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k)
+      EXPECT_NEAR(p.log_p99_ms[k], want[k], 1e-5) << c["model"] << " config " << k;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::rec
