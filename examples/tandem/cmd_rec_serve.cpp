@@ -20,6 +20,7 @@
 #include <string>
 
 #include "commands.h"
+#include "rec_options.h"
 #include "report.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/backend.h"
@@ -392,14 +393,7 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")
       ->check(number_in(0.0, 3600.0))
       ->capture_default_str();
-  sub->add_option("--query-size", o->query_size, "Candidate rows per query (0 = the model's)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  sub->add_option("--size-dist", o->size_dist, "Query sizes: fixed, normal, lognormal, uniform")
-      ->check(CLI::IsMember({"fixed", "normal", "lognormal", "uniform"}))
-      ->capture_default_str();
-  sub->add_option("--size-sd", o->size_sd, "normal: sd of the size; lognormal: sd of its log")
-      ->check(number_in(0.0, 1e6))
-      ->capture_default_str();
+  add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd);
   sub->add_option("--size-quantiles", o->size_quantiles,
                   "File of equally likely query sizes in MLPerf DLRM's format "
                   "(bench/recsys/mlperf_dist_quantile.txt: its 100-700)")
