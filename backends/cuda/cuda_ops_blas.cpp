@@ -6,10 +6,11 @@
 // swapped (B first), the dimensions (n, m, k) and each operand's stored row length as its leading
 // dimension. Non-f32 weights (f16, bf16, q8_0, q4_0, q4_1, stored [N, K]) take the fused
 // dequantize-GEMV kernel when M <= 8 (decode steps; with int8_activations and q8_0/q4_0/q4_1
-// weights, the int8-activation GEMV, which rounds A to int8 blocks and uses __dp4a), else they are dequantized to f32 in chunks of
-// at most kScratchFloats into a scratch buffer, each chunk multiplied with cuBLAS into its columns
-// of C. conv2d is im2col (skipped for 1x1/stride-1/no-padding kernels) + one strided-batched GEMM
-// over groups per image, then a per-channel bias.
+// weights, the int8-activation GEMV, which rounds A to int8 blocks and uses __dp4a), else they are
+// dequantized to f32 in chunks of at most kScratchFloats into a scratch buffer, each chunk
+// multiplied with cuBLAS into its columns of C. conv2d is im2col (skipped for
+// 1x1/stride-1/no-padding kernels) + one strided-batched GEMM over groups per image, then a
+// per-channel bias.
 #include <algorithm>
 
 #include "cuda_ops.h"

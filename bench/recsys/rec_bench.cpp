@@ -238,6 +238,9 @@ int main(int argc, char** argv) {
       doc["mlp"] = bench_mlp();
     }
     nlohmann::json curves = nlohmann::json::array();
+    // Read once for every model.
+    const std::vector<int64_t> quantiles =
+        size_quantiles.empty() ? std::vector<int64_t>{} : read_size_quantiles(size_quantiles);
     if (!skip_curves) {
       for (const auto& name : split_list<std::string>(models)) {
         ModelConfig cfg = zoo_config(name);
@@ -246,17 +249,14 @@ int main(int argc, char** argv) {
         const RecModel model = RecModel::generate(cfg);
         WorkloadOptions w;
         w.index.dist = IndexDist::kZipf;
-        if (!size_quantiles.empty()) use_size_quantiles(w.size, read_size_quantiles(size_quantiles));
+        if (!quantiles.empty()) use_size_quantiles(w.size, quantiles);
         QueryFactory f(cfg, w);
         std::vector<std::shared_ptr<const QueryInputs>> pool;
         for (int i = 0; i < 32; ++i) pool.push_back(std::make_shared<QueryInputs>(f.make(i)));
-        for (const auto& dev : split_list<std::string>(devices))
+        for (const auto& dev : split_list<std::string>(devices)) {
+          const bool sim = dev.rfind("sim:", 0) == 0;
+          const SimDevice sim_dev = sim ? sim_device_from_flag(dev) : SimDevice{};
           for (const auto& pol : split_list<std::string>(policies)) {
-            const bool sim = dev.rfind("sim:", 0) == 0;
-            SimDevice sim_dev;
-            if (sim)
-              sim_dev = dev == "sim:cpu" ? sim_cpu_device(measured_profile(Device::cpu()))
-                                         : sim_device(dev.substr(4));
             // Closed-loop points (clients > 0), then open-loop points (rate_qps > 0).
             std::vector<std::pair<int, double>> points;
             for (int n : split_list<int>(clients)) points.emplace_back(n, 0.0);
@@ -299,6 +299,7 @@ int main(int argc, char** argv) {
                            s.throughput_qps, s.latency_ms.p50, s.latency_ms.p99);
             }
           }
+        }
       }
     }
     doc["curves"] = curves;

@@ -3,11 +3,11 @@
 // mean/stddev/p50/p99 latency, GFLOP/s (and GB/s for memory-bound cases) and the share of the FMA
 // peak measured in the same process. Suites: gemm, attention (the default), copy (device copy
 // bandwidth) and decode (int8-activation GEMV at SmolLM2 and 7B decode shapes, paged decode
-// attention at 8k; GB/s also as a share of the copy's, when copy runs first). The comparison with oneDNN and OpenBLAS lives in bench/
-// (tandem_bench_kernels).
+// attention at 8k; GB/s also as a share of the copy's, when copy runs first). The comparison with
+// oneDNN and OpenBLAS lives in bench/ (tandem_bench_kernels).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <functional>
 #include <memory>
 #include <random>
@@ -107,9 +107,7 @@ void add_decode_gemv(std::vector<Case>& cases, Device dev, const std::string& na
   cs.params = cat("m=1 n=", n, " k=", k, " w=", dtype_name(wdt), " int8 activations");
   cs.flops = 2.0 * n * k;
   cs.bytes = static_cast<double>(w.nbytes()) + 4.0 * (k + n);
-  cs.run = [a, w, c]() mutable {
-    ops::gemm(a, w, c, {.trans_b = true, .int8_activations = true});
-  };
+  cs.run = [a, w, c]() mutable { ops::gemm(a, w, c, {.trans_b = true, .int8_activations = true}); };
   cases.push_back(std::move(cs));
 }
 

@@ -163,9 +163,7 @@ int run_rec_serve(const RecServeOptions& o) {
   WorkloadOptions w;
   w.index.dist = parse_index_dist(o.index_dist);
   w.index.zipf_s = o.zipf_s;
-  w.size.dist = parse_size_dist(o.size_dist);
-  w.size.stddev = o.size_sd;
-  if (!o.size_quantiles.empty()) use_size_quantiles(w.size, read_size_quantiles(o.size_quantiles));
+  set_query_sizes(w.size, o.size_dist, o.size_sd, o.size_quantiles);
   w.seed = o.seed;
   QueryFactory factory(cfg, w);
   std::vector<std::shared_ptr<const QueryInputs>> pool;
@@ -393,11 +391,7 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")
       ->check(number_in(0.0, 3600.0))
       ->capture_default_str();
-  add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd);
-  sub->add_option("--size-quantiles", o->size_quantiles,
-                  "File of equally likely query sizes in MLPerf DLRM's format "
-                  "(bench/recsys/mlperf_dist_quantile.txt: its 100-700)")
-      ->check(CLI::ExistingFile);
+  add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd, o->size_quantiles);
   sub->add_option("--index-dist", o->index_dist, "Embedding ids: uniform, zipf, stack")
       ->check(CLI::IsMember({"uniform", "zipf", "stack"}))
       ->capture_default_str();

@@ -40,6 +40,7 @@ struct RecTuneOptions {
   std::string output = "md";
   std::string weights;
   std::string size_dist = "fixed";
+  std::string size_quantiles;
   std::string fixed = "recos:4";
   double size_sd = 0.3;
   int clients = 16;
@@ -79,8 +80,7 @@ int run_rec_tune(const RecTuneOptions& o) {
 
   WorkloadOptions w;
   w.index.dist = IndexDist::kZipf;
-  w.size.dist = parse_size_dist(o.size_dist);
-  w.size.stddev = o.size_sd;
+  set_query_sizes(w.size, o.size_dist, o.size_sd, o.size_quantiles);
   w.seed = o.seed;
   QueryFactory factory(cfg, w);
   std::vector<std::shared_ptr<const QueryInputs>> pool;
@@ -98,10 +98,7 @@ int run_rec_tune(const RecTuneOptions& o) {
       sizes[std::min(sizes.size() - 1, size_t(std::ceil(0.95 * double(sizes.size()))) - 1)];
 
   const SimOptions sim_opt{.seed = o.seed};
-  SimDevice sim_dev;
-  if (simulated)
-    sim_dev = o.device == "sim:cpu" ? sim_cpu_device(measured_profile(Device::cpu()))
-                                    : sim_device(o.device.substr(4));
+  const SimDevice sim_dev = simulated ? sim_device_from_flag(o.device) : SimDevice{};
   auto make_executor = [&]() -> std::unique_ptr<Executor> {
     if (simulated) return std::make_unique<SimExecutor>(sim_dev, sim_opt);
     return std::make_unique<CpuExecutor>(measured_profile(Device::cpu()));
@@ -197,6 +194,7 @@ int run_rec_tune(const RecTuneOptions& o) {
                         {"warmup_s", o.warmup_s},
                         {"size_dist", o.size_dist},
                         {"size_sd", o.size_sd},
+                        {"size_quantiles", o.size_quantiles},
                         {"query_size", cfg.query_size},
                         {"mean_rows", shape.mean_rows},
                         {"p95_rows", shape.p95_rows},
@@ -274,7 +272,7 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--warmup", o->warmup_s, "Seconds before measuring")
       ->check(number_in(0.0, 3600.0))
       ->capture_default_str();
-  add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd);
+  add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd, o->size_quantiles);
   sub->add_option("--table-budget", o->table_budget_mib, "MiB the tables may use")
       ->check(number_in(1.0, 1e8))
       ->capture_default_str();

@@ -9,6 +9,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/json.h"
+#include "tandem/recsys/executor.h"
 
 namespace tandem::rec {
 
@@ -77,6 +78,13 @@ SimDevice sim_device(const std::string& name) {
   nlohmann::json j = all[name];
   j["name"] = name;
   return SimDevice::from_json(j, "sim device " + name);
+}
+
+SimDevice sim_device_from_flag(const std::string& device) {
+  if (device.rfind("sim:", 0) != 0)
+    throw InvalidArgument(cat("'", device, "' names no simulated device (sim:NAME)"));
+  const std::string name = device.substr(4);
+  return name == "cpu" ? sim_cpu_device(measured_profile(Device::cpu())) : sim_device(name);
 }
 
 SimDevice sim_cpu_device(const DeviceProfile& cpu, double launch_overhead_us) {

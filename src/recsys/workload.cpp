@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <list>
 #include <numeric>
+#include <sstream>
 #include <unordered_map>
 
 #include "tandem/core/error.h"

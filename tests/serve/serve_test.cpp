@@ -455,6 +455,39 @@ TEST(Serve, FullQueueAnswers503WithRetryAfter) {
   EXPECT_EQ(s.post("/v1/chat/completions", chat_body("third", 3))->status, 200);
 }
 
+// Queues every body while the engine is paused, then lets them run together: the largest running
+// batch and the most KV bytes in use seen while they are served, and how many answered 200.
+struct Burst {
+  int ok = 0;
+  int64_t most_running = 0, peak_kv_bytes = 0;
+};
+Burst queued_burst(Running& s, const std::vector<json>& bodies) {
+  s.server.engine().set_paused(true);
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (const json& body : bodies) {
+    clients.emplace_back([&s, &ok, body] {
+      httplib::Client c("127.0.0.1", s.port);
+      c.set_read_timeout(30);
+      const auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+      if (r && r->status == 200) ++ok;
+    });
+  }
+  const auto n = static_cast<int64_t>(bodies.size());
+  EXPECT_TRUE(wait_for([&] { return s.server.engine().queued() == n; }));
+  s.server.engine().set_paused(false);
+  Burst b;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ok < n && std::chrono::steady_clock::now() < end) {
+    b.most_running = std::max(b.most_running, s.server.engine().running());
+    b.peak_kv_bytes = std::max(b.peak_kv_bytes, s.server.engine().kv_bytes());
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  for (auto& c : clients) c.join();
+  b.ok = ok;
+  return b;
+}
+
 // Admission by KV bytes: with a budget below one sequence's cache, sequences run one at a time
 // (a lone one always runs); without it, all queued ones join the batch together.
 TEST(Serve, KvBudgetBoundsAdmission) {
@@ -463,32 +496,14 @@ TEST(Serve, KvBudgetBoundsAdmission) {
     ServeOptions o = test_options();
     o.kv_budget_bytes = budget;
     Running s(o);
-    s.server.engine().set_paused(true);
-    std::vector<std::thread> clients;
-    std::atomic<int> ok{0};
-    for (int i = 0; i < 4; ++i) {
-      clients.emplace_back([&, i] {
-        httplib::Client c("127.0.0.1", s.port);
-        c.set_read_timeout(30);
-        const auto r = c.Post("/v1/chat/completions",
-                              chat_body("kv " + std::to_string(i), 150).dump(), "application/json");
-        if (r && r->status == 200) ++ok;
-      });
-    }
-    ASSERT_TRUE(wait_for([&] { return s.server.engine().queued() == 4; }));
-    s.server.engine().set_paused(false);
-    int64_t most = 0;  // the largest running batch seen while the four are served
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (ok < 4 && std::chrono::steady_clock::now() < end) {
-      most = std::max(most, s.server.engine().running());
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    for (auto& c : clients) c.join();
-    EXPECT_EQ(ok, 4);
+    std::vector<json> bodies;
+    for (int i = 0; i < 4; ++i) bodies.push_back(chat_body("kv " + std::to_string(i), 150));
+    const Burst b = queued_burst(s, bodies);
+    EXPECT_EQ(b.ok, 4);
     if (budget > 0) {
-      EXPECT_EQ(most, 1);
+      EXPECT_EQ(b.most_running, 1);
     } else {
-      EXPECT_EQ(most, 4);
+      EXPECT_EQ(b.most_running, 4);
     }
   }
 }
@@ -516,30 +531,12 @@ TEST(Serve, KvBudgetHoldsThePeakUnderAnEvictingPolicy) {
   o.kv_budget_bytes = full_bytes * 5 / 2;  // two full caches fit, three do not
   Running s(o);
   ASSERT_EQ(s.post("/v1/chat/completions", request(98))->status, 200);  // the ratio is learned
-  s.server.engine().set_paused(true);
-  std::vector<std::thread> clients;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < 8; ++i) {
-    clients.emplace_back([&, i] {
-      httplib::Client c("127.0.0.1", s.port);
-      c.set_read_timeout(30);
-      const auto r = c.Post("/v1/chat/completions", request(i).dump(), "application/json");
-      if (r && r->status == 200) ++ok;
-    });
-  }
-  ASSERT_TRUE(wait_for([&] { return s.server.engine().queued() == 8; }));
-  s.server.engine().set_paused(false);
-  int64_t most = 0, peak = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (ok < 8 && std::chrono::steady_clock::now() < end) {
-    most = std::max(most, s.server.engine().running());
-    peak = std::max(peak, s.server.engine().kv_bytes());
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  for (auto& c : clients) c.join();
-  EXPECT_EQ(ok, 8);
-  EXPECT_GE(most, 3) << "the policy's saving admitted no more than the full cache would";
-  EXPECT_LE(peak, o.kv_budget_bytes) << "full cache " << full_bytes;
+  std::vector<json> bodies;
+  for (int i = 0; i < 8; ++i) bodies.push_back(request(i));
+  const Burst b = queued_burst(s, bodies);
+  EXPECT_EQ(b.ok, 8);
+  EXPECT_GE(b.most_running, 3) << "the policy's saving admitted no more than the full cache would";
+  EXPECT_LE(b.peak_kv_bytes, o.kv_budget_bytes) << "full cache " << full_bytes;
 }
 
 TEST(Serve, MalformedRequestsGet4xxAndTheServerStaysUp) {

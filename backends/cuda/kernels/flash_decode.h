@@ -70,9 +70,9 @@ inline int64_t flash_chunk_slots(int64_t tq, int64_t hkv, int64_t max_head_slots
   return (max_head_slots + chunks - 1) / chunks;
 }
 
-// The chunks of every head, head by head: head h's are [head_chunk_begin[h], head_chunk_begin[h+1]).
-// used: used slots of every page of the flat table; head_page_begin: hkv + 1 entries. A head
-// without slots gets no chunk.
+// The chunks of every head, head by head: head h's are [head_chunk_begin[h],
+// head_chunk_begin[h+1]). used: used slots of every page of the flat table; head_page_begin: hkv +
+// 1 entries. A head without slots gets no chunk.
 inline void plan_flash_chunks(const std::vector<int32_t>& used,
                               const std::vector<int64_t>& head_page_begin, int64_t chunk_slots,
                               std::vector<FlashChunk>& chunks,
@@ -80,17 +80,21 @@ inline void plan_flash_chunks(const std::vector<int32_t>& used,
   chunks.clear();
   const int64_t hkv = static_cast<int64_t>(head_page_begin.size()) - 1;
   head_chunk_begin.assign(static_cast<size_t>(hkv + 1), 0);
-  const auto used_of = [&](int32_t p) { return static_cast<int64_t>(used[static_cast<size_t>(p)]); };
+  const auto used_of = [&](int32_t p) {
+    return static_cast<int64_t>(used[static_cast<size_t>(p)]);
+  };
   for (int64_t h = 0; h < hkv; ++h) {
     head_chunk_begin[h] = static_cast<int64_t>(chunks.size());
     int64_t total = 0;
-    for (int64_t p = head_page_begin[h]; p < head_page_begin[h + 1]; ++p) total += used_of(int32_t(p));
+    for (int64_t p = head_page_begin[h]; p < head_page_begin[h + 1]; ++p)
+      total += used_of(int32_t(p));
     if (total == 0) continue;
     int32_t page = static_cast<int32_t>(head_page_begin[h]), slot = 0;
     advance_slots(page, slot, 0, used_of);  // the first used slot
     for (int64_t start = 0; start < total; start += chunk_slots) {
       const int64_t count = total - start < chunk_slots ? total - start : chunk_slots;
-      chunks.push_back(FlashChunk{static_cast<int32_t>(h), page, slot, static_cast<int32_t>(count)});
+      chunks.push_back(
+          FlashChunk{static_cast<int32_t>(h), page, slot, static_cast<int32_t>(count)});
       if (start + count < total) advance_slots(page, slot, count, used_of);
     }
   }

@@ -104,8 +104,8 @@ cudaError_t gemv_int8(DType t, const float* a, int64_t a_stride_m, int64_t a_str
   auto* d = reinterpret_cast<float*>(q + m * blocks * 32);
   float* sums = d + m * blocks;
   if (blocks > 0) {
-    quantize_activations_kernel<<<grid_for(m * blocks, 128), 128, 0, s>>>(
-        a, a_stride_m, a_stride_k, m, blocks, q, d, sums);
+    quantize_activations_kernel<<<grid_for(m * blocks, 128), 128, 0, s>>>(a, a_stride_m, a_stride_k,
+                                                                          m, blocks, q, d, sums);
   }
   const unsigned grid = grid_for(n, kWarps);
   const auto* wb = static_cast<const uint8_t*>(w);

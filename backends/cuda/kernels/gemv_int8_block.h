@@ -117,7 +117,8 @@ TANDEM_GI_FN float weight_block_dot(const uint8_t* w, const int* a, float d, flo
       sumi = dot4_i8(static_cast<int>((v >> 4) & 0x0f0f0f0fu), a[4 + i], sumi);
     }
     const float dw = load_f16_a2(w);
-    if constexpr (T == DType::kQ4_1) return dw * d * static_cast<float>(sumi) + load_f16_a2(w + 2) * s;
+    if constexpr (T == DType::kQ4_1)
+      return dw * d * static_cast<float>(sumi) + load_f16_a2(w + 2) * s;
     return dw * (d * static_cast<float>(sumi) - 8.0f * s);
   }
 }

@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kPagedThreads) paged_merge_kernel(PagedAttenti
     const float mx = n > 0 ? merge_states(base, base + 1, n, stride, &inv) : -INFINITY;
     for (int64_t j = threadIdx.x; j < a.d; j += blockDim.x) {
       float o = 0.0f;
-      for (int64_t cc = 0; cc < n; ++cc) o += rescale(base[cc * stride], mx) * base[cc * stride + 2 + j];
+      for (int64_t cc = 0; cc < n; ++cc)
+        o += rescale(base[cc * stride], mx) * base[cc * stride + 2 + j];
       a.out[item * a.d + j] = o * inv;
     }
   }
@@ -170,9 +171,8 @@ cudaError_t paged_attention(const PagedAttentionArgs& a, cudaStream_t s) {
   if (a.tq * a.n_chunks > 0) {
     const size_t smem = paged_attention_smem_bytes(a.d, a.hq / a.hkv);
     if (smem > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(paged_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem));
+      const cudaError_t e = cudaFuncSetAttribute(
+          paged_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (e != cudaSuccess) return e;
     }
     paged_split_kernel<<<grid_for(a.tq * a.n_chunks, 1), kPagedThreads, smem, s>>>(a);

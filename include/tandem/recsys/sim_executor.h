@@ -79,6 +79,9 @@ TANDEM_API SimDevice sim_device(const std::string& name);
 // A CPU described as a device: sms = its threads, units of the same size, launch overhead of a
 // CPU stream item (the profile measured by measured_profile(), or a test profile).
 TANDEM_API SimDevice sim_cpu_device(const DeviceProfile& cpu, double launch_overhead_us = 3);
+// A device as --device names it: "sim:cpu" is this host's CPU (sim_cpu_device of its measured
+// profile), "sim:NAME" a built-in description; InvalidArgument for anything else.
+TANDEM_API SimDevice sim_device_from_flag(const std::string& device);
 
 struct SimOptions {
   uint64_t seed = 1;
