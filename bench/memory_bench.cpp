@@ -100,9 +100,10 @@ struct GemvCase {
   int64_t n, k;      // weight [N, K]
   DType dtype;
   bool stream;
+  bool int8 = false;  // int8 activations (the decode default, ops::GemmParams::int8_activations)
   std::string name() const {
     return what + ".n" + std::to_string(n) + "_k" + std::to_string(k) + "." +
-           std::string(dtype_name(dtype)) + (stream ? ".stream" : ".hot");
+           std::string(dtype_name(dtype)) + (int8 ? ".x8" : "") + (stream ? ".stream" : ".hot");
   }
   double weight_bytes() const { return static_cast<double>(dtype_row_bytes(dtype, k) * n); }
   double bytes() const { return weight_bytes() + 4.0 * static_cast<double>(k + n); }
@@ -122,7 +123,7 @@ void run_gemv(benchmark::State& state, const GemvCase& gc, int threads) {
     const CopySet& w = *wset;
     const Tensor x = random_tensor({1, gc.k}, 8100);
     Tensor y = Tensor::zeros({1, gc.n}, DType::kF32);
-    const ops::GemmParams p{.trans_b = true};
+    const ops::GemmParams p{.trans_b = true, .int8_activations = gc.int8};
     const bool ok = verify_once(state, bench_name("gemv", gc.name(), threads, "tandem"), [&] {
       ops::gemm(x, w.views[0], y, p);
       Tensor ref = Tensor::zeros({1, gc.n}, DType::kF32);
@@ -173,6 +174,13 @@ void register_memory_benchmarks() {
       register_case("gemv", GemvCase{"smollm2.ffn_up", 1536, 576, dt, stream}, run_gemv);
       register_case("gemv", GemvCase{"smollm2.ffn_down", 576, 1536, dt, stream}, run_gemv);
     }
+    for (DType dt : {DType::kQ4_1, DType::kQ8_0}) {  // as decode runs them (int8 activations)
+      register_case("gemv", GemvCase{"smollm2.attn_q", 576, 576, dt, stream, true}, run_gemv);
+      register_case("gemv", GemvCase{"smollm2.ffn_up", 1536, 576, dt, stream, true}, run_gemv);
+      register_case("gemv", GemvCase{"smollm2.ffn_down", 576, 1536, dt, stream, true}, run_gemv);
+    }
+    register_case("gemv", GemvCase{"smollm2.head", 49152, 576, DType::kQ8_0, stream, true},
+                  run_gemv);
     for (DType dt : {DType::kQ4_0, DType::kQ4_1}) {
       register_case("gemv", GemvCase{"llama7b.attn", 4096, 4096, dt, stream}, run_gemv);
     }

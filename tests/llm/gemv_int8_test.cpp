@@ -113,7 +113,8 @@ TEST(GemvInt8, MatchesRoundedActivationsExactlyAndF32Closely) {
       {5, 64, 1.0f, 0.0f},      // a partial row pass
       {9, 576, 1.0f, 0.0f},     // 18 blocks: a full and a partial scale chunk (SmolLM2's d)
       {17, 1536, 0.5f, 0.25f},  // 48 blocks, alpha and beta
-      {300, 544, 1.0f, 1.0f},   // 17 blocks, many rows (threads split them)
+      {300, 544, 1.0f, 1.0f},   // 17 blocks, many rows (threads split them: a static split)
+      {7300, 576, 1.0f, 0.0f},  // over 4 MiB of q8_0 (the output head's case: chunks to threads)
   };
   for (DType wt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}) {
     for (const Case& c : cases) {
