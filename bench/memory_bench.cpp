@@ -181,7 +181,10 @@ void register_memory_benchmarks() {
     }
     register_case("gemv", GemvCase{"smollm2.head", 49152, 576, DType::kQ8_0, stream, true},
                   run_gemv);
-    for (DType dt : {DType::kQ4_0, DType::kQ4_1}) {
+    for (DType dt : {DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {  // a Q4_K_M 7B's mix
+      register_case("gemv", GemvCase{"llama7b.attn", 4096, 4096, dt, stream, true}, run_gemv);
+    }
+    for (DType dt : {DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
       register_case("gemv", GemvCase{"llama7b.attn", 4096, 4096, dt, stream}, run_gemv);
     }
   }

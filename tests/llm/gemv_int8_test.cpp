@@ -4,8 +4,9 @@
 // activations rounded to int8 blocks the way llama.cpp rounds them (so the only difference left is
 // f32 rounding), and against the f32 path within the error of 8-bit activations. Shapes cover odd
 // and even block counts, one and several 16-block scale chunks, partial row passes, alpha/beta,
-// and one and two threads. Where the host has no AVX-512 VNNI the flag is ignored and the results
-// must equal the f32 path exactly. Also: Model::forward's DecodeArithmetic on a decode step.
+// one and two threads, and the K-quants' super-blocks. Where the host has no AVX-512 VNNI the flag
+// is ignored and the results must equal the f32 path exactly. Also: Model::forward's
+// DecodeArithmetic on a decode step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,7 +55,12 @@ void check(DType wt, const Case& c, int threads, uint32_t seed) {
   for (float& v : xv) v = nd(rng);
   for (float& v : y0) v = nd(rng);
   Tensor w = Tensor::empty({c.n, c.k}, wt);
-  ops::convert(Tensor::from_vector(wv, {c.n, c.k}, DType::kF32), w);
+  if (dtype_is_k_quant(wt)) {  // no quantizer: random super-blocks as a GGUF file holds them
+    std::mt19937_64 bytes(seed);
+    w = llm::testing::random_kquant({c.n, c.k}, wt, bytes);
+  } else {
+    ops::convert(Tensor::from_vector(wv, {c.n, c.k}, DType::kF32), w);
+  }
   Tensor wf = Tensor::empty({c.n, c.k}, DType::kF32);
   ops::convert(w, wf);  // the weights as the format defines them
   const Tensor x = Tensor::from_vector(xv, {1, c.k}, DType::kF32);
@@ -117,6 +123,24 @@ TEST(GemvInt8, MatchesRoundedActivationsExactlyAndF32Closely) {
       {7300, 576, 1.0f, 0.0f},  // over 4 MiB of q8_0 (the output head's case: chunks to threads)
   };
   for (DType wt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}) {
+    for (const Case& c : cases) {
+      for (int threads : {1, 2}) check(wt, c, threads, seed += 7);
+    }
+  }
+  set_cpu_num_threads(saved);
+}
+
+// GGUF's Q4_K and Q6_K (Q4_K_M files): super-blocks of 256, so K is a multiple of 256.
+TEST(GemvInt8, KQuantsMatchRoundedActivationsExactlyAndF32Closely) {
+  const int saved = cpu_num_threads();
+  uint32_t seed = 41;
+  const std::vector<Case> cases = {
+      {1, 256, 1.0f, 0.0f},      // one super-block
+      {7, 768, 0.5f, 0.25f},     // three, alpha and beta
+      {300, 1024, 1.0f, 1.0f},   // many rows (threads split them)
+      {1100, 4096, 1.0f, 0.0f},  // over 4 MiB of Q6_K (chunks to threads)
+  };
+  for (DType wt : {DType::kQ4_K, DType::kQ6_K}) {
     for (const Case& c : cases) {
       for (int threads : {1, 2}) check(wt, c, threads, seed += 7);
     }

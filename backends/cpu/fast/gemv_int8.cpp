@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// AVX-512 VNNI GEMV over int8-rounded activations (see gemv_int8.h). Only the functions below are
-// compiled for AVX-512 F/BW/VNNI (function target attributes, never -march); the rest of the
-// library stays baseline, and gemv_int8_supported() checks the host before any of them runs.
+// AVX-512 VNNI GEMV over int8-rounded activations (see gemv_int8.h) for q8_0, q4_0 and q4_1
+// weights (the K-quants: gemv_int8_kquant.cpp). Only the functions marked TANDEM_VNNI_TARGET
+// (vnni_target.h) are compiled for AVX-512.
 #include "gemv_int8.h"
 
 #include <algorithm>
@@ -12,26 +12,7 @@
 
 #include "kernels/cpu_info.h"
 #include "tandem/core/error.h"
-
-#if defined(__x86_64__)
-// GCC 12 reports -Wmaybe-uninitialized inside avx512fintrin.h for intrinsics inlined into the
-// target-attribute functions below (_mm512_max_ps, _mm512_reduce_*, _mm512_permutexvar_ps, the
-// conversions...): the header passes _mm512_undefined_ps() and the like, a self-initialisation
-// (`__m512 __Y = __Y;`) meaning "any value", as the pass-through operand of builtins called with
-// an all-ones mask, which never read it. A false positive of the header, not of this code: it is
-// silenced for the header's own lines only (GCC applies the diagnostic state at the warning's
-// location, inside the header), so this file's code keeps the warning.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#define TANDEM_VNNI_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#endif
+#include "vnni_target.h"
 
 namespace tandem::cpu::fast {
 
@@ -46,7 +27,8 @@ bool gemv_int8_supported(DType weight) {
     return (want.empty() || want == "avx512") && c.avx512f && c.avx512bw && c.avx512vnni && c.fma &&
            c.f16c;
   }();
-  return host && (weight == DType::kQ8_0 || weight == DType::kQ4_0 || weight == DType::kQ4_1);
+  return host && (weight == DType::kQ8_0 || weight == DType::kQ4_0 || weight == DType::kQ4_1 ||
+                  weight == DType::kQ4_K || weight == DType::kQ6_K);
 #else
   (void)weight;
   return false;
@@ -327,6 +309,9 @@ void gemv_int8(DType t, const QuantizedRow& x, const uint8_t* w, int64_t row_byt
         return gemv_fmt<Fmt::kQ4_0>(x, w, row_bytes, n0, n1, y, alpha, beta);
       case DType::kQ4_1:
         return gemv_fmt<Fmt::kQ4_1>(x, w, row_bytes, n0, n1, y, alpha, beta);
+      case DType::kQ4_K:
+      case DType::kQ6_K:
+        return gemv_int8_kquant(t, x, w, row_bytes, n0, n1, y, alpha, beta);
       default:
         break;
     }

@@ -5,9 +5,10 @@
 // vpdpbusd (u8 x s8 -> s32), two blocks per 512-bit instruction:
 //   sum_j w_j x_j ~= d_w d_x sum_j c_j q_j + o_w s_x,  s_x = d_x sum_j q_j
 // with weight codes c (q4: the 0..15 nibbles, o_w = m for q4_1, -8 d_w for q4_0; q8_0: the signed
-// codes + 128, o_w = -128 d_w). The result differs from the f32 GEMV by the rounding of x to 8
-// bits (relative error ~ 1/254 per element, like llama.cpp), so it is used only where the caller
-// asks for it (ops::GemmParams::int8_activations).
+// codes + 128, o_w = -128 d_w). GGUF's Q4_K and Q6_K super-blocks (gemv_int8_kquant.cpp) take
+// the same row of x with their sub-block scales. The result differs from the f32 GEMV by the
+// rounding of x to 8 bits (relative error ~ 1/254 per element, like llama.cpp), so it is used only
+// where the caller asks for it (ops::GemmParams::int8_activations).
 //
 //   QuantizedRow qx;
 //   quantize_row_q8(x, k, qx);
@@ -33,7 +34,7 @@ struct QuantizedRow {
 };
 
 // True when the host has AVX-512 F/BW and VNNI, the ISA is not forced lower (TANDEM_CPU_ISA), and
-// the weight dtype is q8_0, q4_0 or q4_1.
+// the weight dtype is q8_0, q4_0, q4_1, q4_k or q6_k.
 bool gemv_int8_supported(DType weight);
 
 // k must be a multiple of 32.
@@ -43,5 +44,8 @@ void quantize_row_q8(const float* x, int64_t k, QuantizedRow& out);
 // `row_bytes` apart. Only where gemv_int8_supported(t).
 void gemv_int8(DType t, const QuantizedRow& x, const uint8_t* w, int64_t row_bytes, int64_t n0,
                int64_t n1, float* y, float alpha, float beta);
+// The same for q4_k and q6_k (x.k a multiple of 256); gemv_int8 calls it.
+void gemv_int8_kquant(DType t, const QuantizedRow& x, const uint8_t* w, int64_t row_bytes,
+                      int64_t n0, int64_t n1, float* y, float alpha, float beta);
 
 }  // namespace tandem::cpu::fast
