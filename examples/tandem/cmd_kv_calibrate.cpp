@@ -87,6 +87,8 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--rho", o->c.rho, "rho grid")->delimiter(',');
   sub->add_option("--min-len", o->c.min_len, "min_len grid")->delimiter(',');
   sub->add_option("--pool", o->c.pool, "pool kernel grid")->delimiter(',');
+  sub->add_flag("--fill", o->c.fill,
+                "Calibrate ClusterAttn with its budget filled by single tokens after the clusters");
   sub->add_option("-t,--threads", o->threads, "CPU threads (0: the default)")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-progress", o->no_progress, "No progress on stderr");

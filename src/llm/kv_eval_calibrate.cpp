@@ -42,6 +42,7 @@ KvCalibrationResult calibrate_clusterattn(const Model& model, const Tokenizer& t
           p.window = c.window;
           p.pool = pool;
           p.dbac = DbacParams{.eps = eps, .rho = rho, .min_len = ml};
+          p.fill = c.fill;
           grid.push_back(p);
         }
       }
@@ -67,7 +68,8 @@ KvCalibrationResult calibrate_clusterattn(const Model& model, const Tokenizer& t
       o.extra = {{"pool", std::to_string(grid[g].pool)},
                  {"eps", std::to_string(grid[g].dbac.eps)},
                  {"rho", std::to_string(grid[g].dbac.rho)},
-                 {"min_len", std::to_string(grid[g].dbac.min_len)}};
+                 {"min_len", std::to_string(grid[g].dbac.min_len)},
+                 {"fill", grid[g].fill ? "1" : "0"}};
       Compressed comp = compress_copy(p, make_kv_policy("clusterattn", o, p.cache.shape()));
       const auto lp =
           teacher_forced_log_probs(model, comp.cache, cont, static_cast<int32_t>(c.context));

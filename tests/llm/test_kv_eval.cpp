@@ -51,7 +51,7 @@ TEST(KvSettings, UnknownKeysAreRefusedByName) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("--kv-extra 'window=abc': 'window' is not a setting of "
                                          "clusterattn (settings: pool, eps, rho, min_len, "
-                                         "per_head_fixed)"),
+                                         "per_head_fixed, fill)"),
               std::string::npos)
         << e.what();
   }

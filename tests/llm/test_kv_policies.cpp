@@ -184,14 +184,19 @@ TEST(Scoring, F16BlocksScoreLikeF32) {
   for (size_t j = 0; j < scores[0].size(); ++j) EXPECT_NEAR(scores[0][j], scores[1][j], 1e-3) << j;
 }
 
-TEST(KvPolicies, ClusterAttnKeepsAKnownClusterWhole) {
-  // Tokens [20, 30) are a cluster the window attends to; [60, 63) a weaker one; budget allows the
-  // strong cluster (plus its eps border) but not both.
-  auto keys = keys_with_hot([](int, int t) {
+// Tokens [20, 30): a strong cluster the window attends to; [60, 63): a weaker one.
+auto two_cluster_keys() {
+  return keys_with_hot([](int, int t) {
     if (t >= 20 && t < 30) return 3.0f;
     if (t >= 60 && t < 63) return 2.0f;
     return 0.0f;
   });
+}
+
+TEST(KvPolicies, ClusterAttnKeepsAKnownClusterWhole) {
+  // Tokens [20, 30) are a cluster the window attends to; [60, 63) a weaker one; budget allows the
+  // strong cluster (plus its eps border) but not both.
+  auto keys = two_cluster_keys();
   auto p = policy("clusterattn", 4 + 14, 4,
                   {{"eps", "1"}, {"rho", "1.5"}, {"min_len", "2"}, {"pool", "0"}});
   auto cache = crafted_cache(1, 100, keys, p);
@@ -207,6 +212,24 @@ TEST(KvPolicies, ClusterAttnKeepsAKnownClusterWhole) {
   EXPECT_LE(static_cast<int64_t>(kept.size()), 18);
   // The weak cluster (3 tokens + 2 border) does not fit beside the strong one (12 with border).
   EXPECT_EQ(std::find(kept.begin(), kept.end(), 61), kept.end());
+  EXPECT_TRUE(std::is_sorted(kept.begin(), kept.end()));
+}
+
+// With fill, the budget the strong cluster leaves free goes to the highest-voted single tokens: the
+// weak cluster's three, which do not fit whole (5 tokens with its border) beside the strong one
+// (14 with its border) in 17.
+TEST(KvPolicies, ClusterAttnFillSpendsTheFreeBudgetOnTheBestTokens) {
+  auto keys = two_cluster_keys();
+  auto p = policy("clusterattn", 4 + 17, 4,
+                  {{"eps", "1"}, {"rho", "1.5"}, {"min_len", "2"}, {"pool", "0"}, {"fill", "1"}});
+  auto cache = crafted_cache(1, 100, keys, p);
+  observe_window(cache, 1, 100, 4, {unit(0, 3.0f)});
+  cache.policy().on_prefill_done(cache);
+  const auto kept = kept_positions(cache, 0, 0);
+  EXPECT_EQ(static_cast<int64_t>(kept.size()), 21);  // the whole budget, window included
+  for (int t : {20, 25, 29, 60, 61, 62, 96, 99}) {
+    EXPECT_NE(std::find(kept.begin(), kept.end(), t), kept.end()) << "token " << t;
+  }
   EXPECT_TRUE(std::is_sorted(kept.begin(), kept.end()));
 }
 
@@ -432,6 +455,7 @@ TEST(ClusterAttnCalibration, RoundTripAndErrors) {
   p.pool = 7;
   p.dbac = DbacParams{.eps = 3, .rho = 1.75, .min_len = 6};
   p.per_head_fixed = true;
+  p.fill = true;
   save_clusterattn_params(path, p, "unit test");
   const ClusterAttnParams q = load_clusterattn_params(path);
   EXPECT_EQ(q.window, 48);
@@ -440,6 +464,7 @@ TEST(ClusterAttnCalibration, RoundTripAndErrors) {
   EXPECT_DOUBLE_EQ(q.dbac.rho, 1.75);
   EXPECT_EQ(q.dbac.min_len, 6);
   EXPECT_TRUE(q.per_head_fixed);
+  EXPECT_TRUE(q.fill);
   // The policy loads it through calibration_path.
   KvPolicyOptions o{.budget_tokens = 16, .window = 4, .calibration_path = path};
   EXPECT_EQ(make_kv_policy("clusterattn", o,

@@ -126,6 +126,7 @@ struct KvCalibrationConfig {
   std::vector<double> rho = {0.5, 1.0, 1.5, 2.0};
   std::vector<int> min_len = {1, 4, 8};
   std::vector<int> pool = {5};
+  bool fill = false;  // ClusterAttnParams::fill for every grid point (and in the result)
   int prefill_chunk = 512;
   std::function<void(const std::string&)> progress;
 };

@@ -76,12 +76,16 @@ TANDEM_API std::vector<TokenCluster> dbac_clusters(std::span<const float> x, con
 
 // ClusterAttn's parameters. The calibration file (tandem kv-calibrate) is JSON:
 //   {"policy": "clusterattn", "window": 32, "pool": 5, "eps": 2, "rho": 1.0, "min_len": 1,
-//    "per_head_fixed": false, ...extra keys ignored}; "policy": "clusterattn" is required.
+//    "per_head_fixed": false, "fill": false, ...extra keys ignored}; "policy": "clusterattn" is
+//    required.
 struct ClusterAttnParams {
   int window = 32;              // observation window (tokens), kept whole
   int pool = 5;                 // avg-pool kernel over the votes (0 or 1: off)
   DbacParams dbac;              // eps, rho, min_len
   bool per_head_fixed = false;  // budget per head instead of per layer (spec 2.2 budget mode)
+  // After the whole clusters, spend the budget they leave free on the highest-voted single tokens
+  // (an option beyond the paper, whose unused budget stays free: measured in docs/kv-eviction.md).
+  bool fill = false;
 };
 // ParseError naming the file and the field for a malformed or out-of-range file, NotFound for a
 // missing one.

@@ -3,9 +3,10 @@
 // attention votes per token (GQA-averaged), avg-pooled; DBAC finds contiguous high-density token
 // ranges per head; all (head, cluster) pairs of the layer are ranked by mass and kept whole while
 // the layer's total fits n_kv_heads * (budget - window) (a cluster that does not fit is skipped,
-// the next one tried; unused budget stays free); the window is appended. Parameters come from a
-// calibration file (KvPolicyOptions::calibration_path, written by tandem kv-calibrate) or the
-// defaults, and extra keys pool / eps / rho / min_len / per_head_fixed override either.
+// the next one tried; unused budget stays free unless `fill` spends it on the highest-voted single
+// tokens); the window is appended. Parameters come from a calibration file
+// (KvPolicyOptions::calibration_path, written by tandem kv-calibrate) or the defaults, and extra
+// keys pool / eps / rho / min_len / per_head_fixed / fill override either.
 #include <algorithm>
 
 #include "llm/kv_policies/window_policy.h"
@@ -23,6 +24,7 @@ ClusterAttnParams params_from(const KvPolicyOptions& o) {
   p.dbac.min_len =
       static_cast<int>(kv_extra_number(o, "min_len", p.dbac.min_len, 0, 1 << 20, "clusterattn"));
   p.per_head_fixed = kv_extra_number(o, "per_head_fixed", p.per_head_fixed, 0, 1, "clusterattn");
+  p.fill = kv_extra_number(o, "fill", p.fill, 0, 1, "clusterattn");
   return p;
 }
 
@@ -62,8 +64,38 @@ class ClusterAttnPolicy final : public WindowEvictionPolicy {
       head_used[c.head] += len;
       for (int64_t j = c.cluster.begin; j < c.cluster.end; ++j) out[c.head].push_back(j);
     }
+    if (params_.fill) fill_budget(heads, keep, layer_total - used, head_used, out);
     for (auto& o : out) std::sort(o.begin(), o.end());
     return out;
+  }
+
+  // Adds the highest-voted tokens the clusters left out, while the budget (the layer's `free`
+  // tokens, or each head's `keep` with per_head_fixed) allows.
+  void fill_budget(const std::vector<HeadView>& heads, int64_t keep, int64_t free,
+                   std::vector<int64_t>& head_used, std::vector<std::vector<int64_t>>& out) const {
+    struct Token {
+      float vote;
+      int head;
+      int64_t slot;
+    };
+    std::vector<Token> rest;
+    for (size_t h = 0; h < heads.size(); ++h) {
+      std::vector<char> kept(heads[h].scores.size(), 0);
+      for (int64_t j : out[h]) kept[static_cast<size_t>(j)] = 1;
+      for (size_t j = 0; j < heads[h].scores.size(); ++j) {
+        if (!kept[j])
+          rest.push_back({heads[h].scores[j], static_cast<int>(h), static_cast<int64_t>(j)});
+      }
+    }
+    std::stable_sort(rest.begin(), rest.end(),
+                     [](const Token& a, const Token& b) { return a.vote > b.vote; });
+    for (const Token& t : rest) {
+      if (!params_.per_head_fixed && free <= 0) break;
+      if (params_.per_head_fixed && head_used[t.head] >= keep) continue;
+      out[t.head].push_back(t.slot);
+      ++head_used[t.head];
+      --free;
+    }
   }
 
  private:
@@ -73,11 +105,11 @@ class ClusterAttnPolicy final : public WindowEvictionPolicy {
 KvPolicyRegistration clusterattn_registration(
     "clusterattn",
     "window-attention votes, DBAC density clusters kept whole by mass up to the layer budget, "
-    "window appended (calibration file or extra pool/eps/rho/min_len)",
+    "window appended (calibration file or extra pool/eps/rho/min_len/fill)",
     [](const KvPolicyOptions& o, const KvCacheShape& s) {
       return std::make_shared<ClusterAttnPolicy>(o, s);
     },
-    {"pool", "eps", "rho", "min_len", "per_head_fixed"});
+    {"pool", "eps", "rho", "min_len", "per_head_fixed", "fill"});
 
 }  // namespace
 }  // namespace tandem::llm

@@ -88,11 +88,12 @@ ClusterAttnParams load_clusterattn_params(const std::string& path) {
     }
     p.dbac.rho = j["rho"].get<double>();
   }
-  if (j.contains("per_head_fixed")) {
-    if (!j["per_head_fixed"].is_boolean()) {
-      throw ParseError(path, 0, "field 'per_head_fixed' must be true or false");
-    }
-    p.per_head_fixed = j["per_head_fixed"].get<bool>();
+  for (const auto& [key, field] :
+       {std::pair{"per_head_fixed", &p.per_head_fixed}, std::pair{"fill", &p.fill}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean())
+      throw ParseError(path, 0, cat("field '", key, "' must be true or false"));
+    *field = j[key].get<bool>();
   }
   // Checked last so that a bad field is named first; `{}` or another policy's file (a QoKV
   // calibration) would otherwise silently give the defaults.
@@ -112,7 +113,8 @@ void save_clusterattn_params(const std::string& path, const ClusterAttnParams& p
                    {"eps", p.dbac.eps},
                    {"rho", p.dbac.rho},
                    {"min_len", p.dbac.min_len},
-                   {"per_head_fixed", p.per_head_fixed}};
+                   {"per_head_fixed", p.per_head_fixed},
+                   {"fill", p.fill}};
   if (!note.empty()) j["note"] = note;
   std::ofstream out(path);
   if (!out) throw IoError("cannot write the ClusterAttn calibration file '" + path + "'");
