@@ -163,8 +163,10 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
   const int64_t max_ctx = *std::max_element(c.contexts.begin(), c.contexts.end());
   for (int64_t ctx : c.contexts) {
     if (ctx < 16 || ctx + c.continuation + c.needle_answer_tokens > model.config().context_length) {
-      throw InvalidArgument(cat("kv-eval: context ", ctx, " (+ continuation) outside [16, ",
-                                model.config().context_length, "]"));
+      throw InvalidArgument(cat("kv-eval: context ", ctx, " + continuation ", c.continuation,
+                                " + needle answer ", c.needle_answer_tokens,
+                                " tokens must lie in [16, ", model.config().context_length,
+                                "] (the model's context)"));
     }
   }
   KvEvalResult res;
