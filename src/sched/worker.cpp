@@ -54,6 +54,7 @@ std::string error_frame(uint64_t seq, uint32_t stage, const std::string& what) {
 struct RouteState {
   StageRoute route;
   std::unique_ptr<WorkerClient> successor;
+  std::string lost;  // why the successor was lost: later outputs fail at once, not one timeout each
 };
 
 // A kForward's input, held until the coordinator's kPacket for the same (stage, request, micro).
@@ -164,16 +165,19 @@ RouteState connect_route(uint32_t stage, StageRoute route, const std::string& se
 // the error answer (meta "successor_lost") when the successor stopped answering.
 std::optional<uint64_t> forward(RouteState& rs, uint32_t stage, const Packet& out, uint64_t seq,
                                 std::string& frame) {
-  try {
-    return rs.successor->forward(rs.route.next_stage, rs.route.epoch, out);
-  } catch (const WorkerLost& e) {
-    frame = reply_frame(MsgType::kError, seq, stage,
-                        {{"what", cat("stage ", stage, ": lost its successor ",
-                                      rs.route.next_endpoint, " while forwarding request ",
-                                      out.request_id, " micro ", out.micro, ": ", e.what())},
-                         {"successor_lost", rs.route.next_endpoint}});
-    return std::nullopt;
+  if (rs.lost.empty()) {
+    try {
+      return rs.successor->forward(rs.route.next_stage, rs.route.epoch, out);
+    } catch (const WorkerLost& e) {
+      rs.lost = e.what();
+    }
   }
+  frame = reply_frame(MsgType::kError, seq, stage,
+                      {{"what", cat("stage ", stage, ": lost its successor ",
+                                    rs.route.next_endpoint, " while forwarding request ",
+                                    out.request_id, " micro ", out.micro, ": ", rs.lost)},
+                       {"successor_lost", rs.route.next_endpoint}});
+  return std::nullopt;
 }
 
 }  // namespace
