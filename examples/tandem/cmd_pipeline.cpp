@@ -39,6 +39,7 @@ struct PipelineRunOptions {
   int queue = 2;
   bool direct = false;
   bool no_links = false;
+  std::string topology = "w2w";  // "w2w" (worker to worker) | "hub" (hub and spoke)
   bool verify = false;
   bool last_only = false;
   double jitter_ms = 0;
@@ -120,6 +121,8 @@ int run_pipeline(const PipelineRunOptions& o) {
   po.queue_capacity = static_cast<size_t>(o.queue);
   po.direct_local = o.direct;
   po.emulate_links = !o.no_links;
+  po.topology =
+      o.topology == "hub" ? sched::Topology::kHubAndSpoke : sched::Topology::kWorkerToWorker;
   po.faults.jitter_s = o.jitter_ms * 1e-3;
   po.faults.drop = o.drop;
   po.faults.seed = o.seed;
@@ -170,6 +173,7 @@ int run_pipeline(const PipelineRunOptions& o) {
   j["plan"] = o.plan;
   j["cluster"] = cluster_path;
   j["system"] = plan.system;
+  j["topology"]["mode"] = o.topology == "hub" ? "hub-and-spoke" : "worker-to-worker";
   j["tokens"] = tokens;
   j["measured"] = {{"latency_s", r.makespan_s},
                    {"throughput_tokens_per_s", r.makespan_s > 0 ? tokens / r.makespan_s : 0.0}};
@@ -207,6 +211,12 @@ int run_pipeline(const PipelineRunOptions& o) {
                 pred > 0 ? r.makespan_s / pred : 0.0);
   }
   std::printf("\n");
+  std::printf(
+      "topology %s: %d stage-to-stage hops worker to worker; the coordinator moved %llu "
+      "bytes, the workers forwarded %llu bytes to each other\n",
+      o.topology == "hub" ? "hub-and-spoke" : "worker-to-worker", r.direct_hops,
+      static_cast<unsigned long long>(r.coordinator_bytes),
+      static_cast<unsigned long long>(r.forwarded_bytes));
   for (const auto& e : r.events) std::printf("event: %s\n", e.c_str());
   if (o.verify)
     std::printf("verify: %lld of %lld outputs bit-exact with %s\n",
@@ -395,6 +405,12 @@ const CommandRegistration kReg([](CLI::App& app) {
   run->add_flag("--direct", o->direct,
                 "Local stages: call them directly instead of over inproc://");
   run->add_flag("--no-links", o->no_links, "Do not emulate the ClusterSpec's links");
+  run->add_option("--topology", o->topology,
+                  "w2w: each worker sends its stage's output to the next stage's worker; hub: "
+                  "every activation goes through the coordinator (hops with an emulated link "
+                  "always do)")
+      ->check(CLI::IsMember({"w2w", "hub"}))
+      ->capture_default_str();
   run->add_option("--jitter-ms", o->jitter_ms, "Emulated link jitter (uniform +-)")
       ->check(CLI::Range(0.0, 1e5));
   run->add_option("--drop", o->drop, "Emulated link drop probability")

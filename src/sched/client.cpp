@@ -90,6 +90,9 @@ Message WorkerClient::call(Message m, double first_answer_timeout_s, double tota
       }
       if (r.type == MsgType::kError && (r.seq == seq || r.seq == 0)) {
         std::string what = r.json.value("what", std::string("unknown error"));
+        if (r.json.contains("successor_lost") && r.json["successor_lost"].is_string())
+          throw SuccessorLost("worker " + endpoint_ + ": " + what,
+                              r.json["successor_lost"].get<std::string>());
         throw RemoteError("worker " + endpoint_ + ": " + what);
       }
       if (r.seq != seq) continue;  // a stale answer (from before a timeout or reset)
@@ -131,16 +134,21 @@ nlohmann::json WorkerClient::hello() {
 }
 
 void WorkerClient::configure(uint32_t stage_id, const nlohmann::json& stage,
-                             const EmulatedDevice& device) {
+                             const EmulatedDevice& device, const StageRoute& route) {
   Message m;
   m.type = MsgType::kConfig;
   m.stage = stage_id;
   m.json = {{"stage", stage}, {"device", device.to_json()}};
+  if (route.routed()) m.json["route"] = route.to_json();
   // Building a stage may load a model: allow the connect timeout for the first answer, then
   // heartbeats keep it alive up to configure_timeout_s.
   Message r = call(std::move(m), options_.connect_timeout_s, options_.configure_timeout_s);
   if (r.type != MsgType::kConfigAck)
     throw RemoteError("worker " + endpoint_ + ": answered config with " + msg_type_name(r.type));
+  if (route.routed() && !r.json.value("routed", false))
+    throw RemoteError("worker " + endpoint_ + " ignored the worker-to-worker route of stage " +
+                      std::to_string(stage_id) +
+                      " (an older tandem worker?); run with the hub-and-spoke topology");
 }
 
 Packet WorkerClient::process(uint32_t stage_id, const Packet& in, double* compute_s) {
@@ -149,7 +157,19 @@ Packet WorkerClient::process(uint32_t stage_id, const Packet& in, double* comput
   if (r.type != MsgType::kResult)
     throw RemoteError("worker " + endpoint_ + ": answered a packet with " + msg_type_name(r.type));
   if (compute_s) *compute_s = r.json.value("compute_s", 0.0);
+  if (r.json.contains("forwarded_bytes") && r.json["forwarded_bytes"].is_number_unsigned())
+    forwarded_bytes_ += r.json["forwarded_bytes"].get<uint64_t>();
   return message_to_packet(std::move(r));
+}
+
+uint64_t WorkerClient::forward(uint32_t stage_id, uint64_t epoch, const Packet& p) {
+  Message m = packet_to_message(MsgType::kForward, 0, stage_id, p);
+  m.json["epoch"] = epoch;
+  const uint64_t before = bytes_sent_;
+  Message r = call(std::move(m), options_.heartbeat_timeout_s);
+  if (r.type != MsgType::kAck)
+    throw RemoteError("worker " + endpoint_ + ": answered a forward with " + msg_type_name(r.type));
+  return bytes_sent_ - before;
 }
 
 void WorkerClient::reset(uint32_t stage_id, uint64_t request_id) {

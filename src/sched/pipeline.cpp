@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -26,6 +27,13 @@ uint64_t packet_bytes(const Packet& p) {
 }
 
 bool is_local(const std::string& endpoint) { return endpoint.empty() || endpoint == "local"; }
+bool is_inproc(const std::string& endpoint) { return endpoint.rfind("inproc://", 0) == 0; }
+
+// A fresh epoch per generation: a worker refuses forwards from a generation that ended.
+uint64_t next_epoch() {
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  return (counter.fetch_add(1) << 1) | 1;
+}
 
 // Why a generation stopped.
 struct Failure {
@@ -221,6 +229,7 @@ RunReport Pipeline::run(
       EmulatedLink* to_member = nullptr;    // group members: the link from the master and back
       EmulatedLink* from_member = nullptr;  // (one medium per group, or the cluster's)
       std::mutex* busy = nullptr;           // held while the device computes: one task at a time
+      StageRoute route;                     // worker to worker: where its input/output go
     };
     struct Node {
       bool is_link = false;
@@ -294,6 +303,29 @@ RunReport Pipeline::run(
       }
       nodes.push_back(std::move(sn));
     }
+    // Worker to worker: a stage hands its output straight to the next stage's worker when both
+    // are single-device stages on workers of one transport (two tcp/ipc workers, or two in this
+    // process) with no emulated link between them (an emulated link models the hop itself).
+    report.direct_hops = 0;
+    const uint64_t epoch = next_epoch();
+    for (size_t k = 0; k + 1 < nodes.size(); ++k) {
+      Node &a = nodes[k], &b = nodes[k + 1];
+      if (im.opt.topology != Topology::kWorkerToWorker || a.is_link || b.is_link ||
+          a.members.size() != 1 || b.members.size() != 1)
+        continue;
+      Member &from = a.members[0], &to = b.members[0];
+      if (from.endpoint.empty() || to.endpoint.empty() ||
+          is_inproc(from.endpoint) != is_inproc(to.endpoint))
+        continue;
+      from.route.next_endpoint = to.endpoint;
+      from.route.next_stage = to.stage_id;
+      from.route.heartbeat_interval_s = im.opt.client.heartbeat_interval_s;
+      from.route.heartbeat_timeout_s = im.opt.client.heartbeat_timeout_s;
+      from.route.connect_timeout_s = im.opt.client.connect_timeout_s;
+      to.route.input_from_prev = true;
+      from.route.epoch = to.route.epoch = epoch;
+      ++report.direct_hops;
+    }
     for (auto& n : nodes) {
       order.push_back(n.name);
       std::lock_guard lock(im.timeline_mutex);
@@ -326,23 +358,29 @@ RunReport Pipeline::run(
       return false;
     };
 
-    // Connect and configure every remote/in-process member (fresh state for every generation).
-    for (size_t k = 0; k < nodes.size() && !failure; ++k) {
-      for (Member& m : nodes[k].members) {
-        if (m.endpoint.empty() || failure) continue;
-        const bool tcp = m.endpoint.rfind("inproc://", 0) != 0;
-        ClientOptions co = im.opt.client;  // building a stage counts against the run's timeout
-        co.configure_timeout_s =
-            std::min(co.configure_timeout_s, std::max(im.opt.run_timeout_s - now_s(), 1e-3));
-        try {
-          m.client =
-              std::make_unique<WorkerClient>(m.endpoint, tcp ? im.opt.key : std::nullopt, co);
-          m.client->hello();
-          m.client->configure(m.stage_id, m.config, m.emu);
-        } catch (const WorkerLost& e) {
-          fail({true, m.device, nullptr, e.what()});
-        } catch (...) {
-          fail({false, m.device, std::current_exception(), ""});
+    // Connect every remote/in-process member, then configure them (fresh state for every
+    // generation): every worker has answered before one is asked to reach its successor, so a
+    // successor it cannot reach is a configuration error, not a lost device.
+    for (const bool configure : {false, true}) {
+      for (size_t k = 0; k < nodes.size() && !failure; ++k) {
+        for (Member& m : nodes[k].members) {
+          if (m.endpoint.empty() || failure) continue;
+          ClientOptions co = im.opt.client;  // building a stage counts against the run's timeout
+          co.configure_timeout_s =
+              std::min(co.configure_timeout_s, std::max(im.opt.run_timeout_s - now_s(), 1e-3));
+          try {
+            if (!configure) {
+              m.client = std::make_unique<WorkerClient>(
+                  m.endpoint, is_inproc(m.endpoint) ? std::nullopt : im.opt.key, co);
+              m.client->hello();
+            } else {
+              m.client->configure(m.stage_id, m.config, m.emu, m.route);
+            }
+          } catch (const WorkerLost& e) {
+            fail({true, m.device, nullptr, e.what()});
+          } catch (...) {
+            fail({false, m.device, std::current_exception(), ""});
+          }
         }
       }
     }
@@ -428,6 +466,9 @@ RunReport Pipeline::run(
               im.record(n.name, iv);
               if (!push(out, std::move(result))) return;
             }
+          } catch (const SuccessorLost& e) {
+            // Only a stage that forwards to the next node (a stage, no link between) throws it.
+            fail({true, nodes[k + 1].device, nullptr, e.what()});
           } catch (const WorkerLost& e) {
             fail({true, culprit, nullptr, e.what()});
           } catch (...) {
@@ -474,6 +515,12 @@ RunReport Pipeline::run(
     abort.store(true);
     for (auto& q : queues) q->close();
     for (auto& t : threads) t.join();
+    for (const Node& n : nodes)
+      for (const Member& m : n.members)
+        if (m.client) {
+          report.coordinator_bytes += m.client->bytes_sent() + m.client->bytes_received();
+          report.forwarded_bytes += m.client->forwarded_bytes();
+        }
     for (size_t k = 0; k < nodes.size(); ++k) {
       std::lock_guard lock(im.timeline_mutex);
       auto& tl = im.timelines[nodes[k].name];
@@ -546,6 +593,9 @@ nlohmann::json RunReport::to_json() const {
   j["replans"] = replans;
   j["requests"] = outputs.size();
   j["requests_rerun"] = requests_rerun;
+  j["topology"] = {{"direct_hops", direct_hops},
+                   {"coordinator_bytes", coordinator_bytes},
+                   {"worker_to_worker_bytes", forwarded_bytes}};
   j["events"] = events;
   j["final_devices"] = final_devices;
   j["timelines"] = nlohmann::json::array();

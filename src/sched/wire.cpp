@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "tandem/core/json.h"
 
@@ -73,6 +74,8 @@ const char* msg_type_name(MsgType t) {
       return "error";
     case MsgType::kShutdown:
       return "shutdown";
+    case MsgType::kForward:
+      return "forward";
   }
   return "unknown";
 }
@@ -161,7 +164,7 @@ Message decode(const void* data, size_t size, const WireLimits& limits) {
                 std::to_string(kWireVersion));
   const uint8_t type = p[6];
   if (type < static_cast<uint8_t>(MsgType::kHello) ||
-      type > static_cast<uint8_t>(MsgType::kShutdown))
+      type > static_cast<uint8_t>(MsgType::kForward))
     fail(6, "unknown message type " + std::to_string(type));
   const uint8_t flags = p[7];
   if (flags > 1) fail(7, "unknown flags " + std::to_string(flags));
@@ -237,6 +240,51 @@ Message decode(const void* data, size_t size, const WireLimits& limits) {
   }
   if (pos != size) fail(pos, std::to_string(size - pos) + " trailing bytes after the last tensor");
   return m;
+}
+
+nlohmann::json StageRoute::to_json() const {
+  return {{"next_endpoint", next_endpoint},
+          {"next_stage", next_stage},
+          {"input_from_prev", input_from_prev},
+          {"epoch", epoch},
+          {"heartbeat_interval_s", heartbeat_interval_s},
+          {"heartbeat_timeout_s", heartbeat_timeout_s},
+          {"connect_timeout_s", connect_timeout_s}};
+}
+
+StageRoute StageRoute::from_json(const nlohmann::json& j) {
+  auto bad = [](const char* key, const char* want) {
+    throw WireError(std::string("route: field \"") + key + "\" must be " + want);
+  };
+  if (!j.is_object()) throw WireError("route: expected a JSON object");
+  StageRoute r;
+  if (j.contains("next_endpoint")) {
+    if (!j["next_endpoint"].is_string()) bad("next_endpoint", "a string");
+    r.next_endpoint = j["next_endpoint"].get<std::string>();
+  }
+  if (j.contains("next_stage")) {
+    if (!j["next_stage"].is_number_unsigned() ||
+        j["next_stage"].get<uint64_t>() > std::numeric_limits<uint32_t>::max())
+      bad("next_stage", "an unsigned 32-bit integer");
+    r.next_stage = j["next_stage"].get<uint32_t>();
+  }
+  if (j.contains("input_from_prev")) {
+    if (!j["input_from_prev"].is_boolean()) bad("input_from_prev", "a boolean");
+    r.input_from_prev = j["input_from_prev"].get<bool>();
+  }
+  if (j.contains("epoch")) {
+    if (!j["epoch"].is_number_unsigned()) bad("epoch", "an unsigned integer");
+    r.epoch = j["epoch"].get<uint64_t>();
+  }
+  for (auto [key, field] : {std::pair{"heartbeat_interval_s", &r.heartbeat_interval_s},
+                            std::pair{"heartbeat_timeout_s", &r.heartbeat_timeout_s},
+                            std::pair{"connect_timeout_s", &r.connect_timeout_s}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number() || !(j[key].get<double>() > 0) || j[key].get<double>() > 3600)
+      bad(key, "a number of seconds in (0, 3600]");
+    *field = j[key].get<double>();
+  }
+  return r;
 }
 
 nlohmann::json packet_header_json(const Packet& p) {

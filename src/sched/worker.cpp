@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -13,11 +14,14 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "tandem/core/backend.h"
 #include "tandem/core/log.h"
+#include "tandem/sched/client.h"
 #include "tandem/sched/emulation.h"
 
 namespace tandem::sched {
@@ -46,6 +50,17 @@ std::string error_frame(uint64_t seq, uint32_t stage, const std::string& what) {
   return reply_frame(MsgType::kError, seq, stage, {{"what", what}});
 }
 
+// A stage's route (wire.h StageRoute) and, when it forwards, its connection to the successor.
+struct RouteState {
+  StageRoute route;
+  std::unique_ptr<WorkerClient> successor;
+  std::string lost;  // why the successor was lost: later outputs fail at once, not one timeout each
+};
+
+// A kForward's input, held until the coordinator's kPacket for the same (stage, request, micro).
+using InboxKey = std::tuple<uint32_t, uint64_t, int32_t>;
+constexpr size_t kMaxInbox = 4096;
+
 }  // namespace
 
 struct Worker::Impl {
@@ -62,11 +77,110 @@ struct Worker::Impl {
   // Requests received and not yet answered, by (peer, seq): a ping naming a seq that is not here
   // (and was not answered) tells the client its request was lost on the way.
   std::set<std::pair<std::string, uint64_t>> in_hand;
+  // Worker to worker: the epoch of each stage whose input comes from its predecessor, and the
+  // inputs forwarded to it and not yet consumed.
+  std::map<uint32_t, uint64_t> inbox_epoch;
+  std::map<InboxKey, std::vector<Tensor>> inbox;
 
   // Touched by the compute thread only.
   std::map<uint32_t, std::unique_ptr<Stage>> stages;
   std::map<uint32_t, EmulatedDevice> devices;
+
+  // Stage `stage` takes forwarded inputs of `epoch` from now on (none: it takes none); drops the
+  // inputs held for it.
+  void set_inbox(uint32_t stage, std::optional<uint64_t> epoch) {
+    std::lock_guard lock(mutex);
+    std::erase_if(inbox, [&](const auto& e) { return std::get<0>(e.first) == stage; });
+    if (epoch)
+      inbox_epoch[stage] = *epoch;
+    else
+      inbox_epoch.erase(stage);
+  }
+  // The tensors forwarded for `in`; InvalidArgument when the predecessor's never arrived.
+  std::vector<Tensor> take_forwarded(uint32_t stage, const Packet& in, uint64_t epoch) {
+    std::lock_guard lock(mutex);
+    auto it = inbox.find({stage, in.request_id, in.micro});
+    if (it == inbox.end())
+      throw InvalidArgument(cat("stage ", stage, ": no input was forwarded by the predecessor's ",
+                                "worker for request ", in.request_id, " micro ", in.micro,
+                                " (epoch ", epoch, ")"));
+    std::vector<Tensor> t = std::move(it->second);
+    inbox.erase(it);
+    return t;
+  }
+  // The serving loop's answer to a kForward: holds its tensors for the stage (kAck), or kError.
+  std::string accept_forward(Message m) {
+    const uint64_t seq = m.seq;
+    const uint32_t stage = m.stage;
+    if (!m.json.contains("epoch") || !m.json["epoch"].is_number_unsigned())
+      return error_frame(seq, stage, "forward: missing unsigned \"epoch\"");
+    const uint64_t epoch = m.json["epoch"].get<uint64_t>();
+    Packet p = message_to_packet(std::move(m));
+    std::lock_guard lock(mutex);
+    auto it = inbox_epoch.find(stage);
+    if (it == inbox_epoch.end())
+      return error_frame(
+          seq, stage,
+          cat("forward for stage ", stage,
+              ", which this worker was not configured to take forwarded inputs for"));
+    if (it->second != epoch)
+      return error_frame(seq, stage,
+                         cat("forward for stage ", stage, " of epoch ", epoch, ", but the stage ",
+                             "runs epoch ", it->second, " (a generation the coordinator ended)"));
+    if (inbox.size() >= kMaxInbox)
+      return error_frame(seq, stage, cat("forward: ", kMaxInbox, " inputs already held"));
+    inbox[{stage, p.request_id, p.micro}] = std::move(p.tensors);
+    return reply_frame(MsgType::kAck, seq, stage, nlohmann::json::object());
+  }
 };
+
+namespace {
+
+// Connects stage `stage`'s successor when its route has one. RemoteError naming both workers when
+// the successor does not answer (down, unreachable from here, or another cluster key).
+RouteState connect_route(uint32_t stage, StageRoute route, const std::string& self,
+                         const std::optional<ClusterKey>& key, const WireLimits& limits) {
+  RouteState rs;
+  rs.route = std::move(route);
+  if (rs.route.next_endpoint.empty()) return rs;
+  ClientOptions co;
+  co.heartbeat_interval_s = rs.route.heartbeat_interval_s;
+  co.heartbeat_timeout_s = std::max(rs.route.heartbeat_timeout_s, co.heartbeat_interval_s);
+  co.connect_timeout_s = rs.route.connect_timeout_s;
+  co.limits = limits;
+  const bool inproc = rs.route.next_endpoint.rfind("inproc://", 0) == 0;
+  try {
+    rs.successor =
+        std::make_unique<WorkerClient>(rs.route.next_endpoint, inproc ? std::nullopt : key, co);
+    rs.successor->hello();
+  } catch (const Error& e) {
+    throw RemoteError(cat("worker ", self, " (stage ", stage, ") cannot reach its successor ",
+                          rs.route.next_endpoint, " (stage ", rs.route.next_stage,
+                          "): ", e.what()));
+  }
+  return rs;
+}
+
+// Sends stage `stage`'s output to the successor; the bytes sent, or nullopt with `frame` set to
+// the error answer (meta "successor_lost") when the successor stopped answering.
+std::optional<uint64_t> forward(RouteState& rs, uint32_t stage, const Packet& out, uint64_t seq,
+                                std::string& frame) {
+  if (rs.lost.empty()) {
+    try {
+      return rs.successor->forward(rs.route.next_stage, rs.route.epoch, out);
+    } catch (const WorkerLost& e) {
+      rs.lost = e.what();
+    }
+  }
+  frame = reply_frame(MsgType::kError, seq, stage,
+                      {{"what", cat("stage ", stage, ": lost its successor ",
+                                    rs.route.next_endpoint, " while forwarding request ",
+                                    out.request_id, " micro ", out.micro, ": ", rs.lost)},
+                       {"successor_lost", rs.route.next_endpoint}});
+  return std::nullopt;
+}
+
+}  // namespace
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
@@ -113,6 +227,7 @@ Worker::~Worker() = default;
 void Worker::run() {
   Impl& im = *impl_;
   std::thread compute([this, &im] {
+    std::map<uint32_t, RouteState> routes;  // successor sockets live on this thread
     ZmqSocket signal(ZMQ_PAIR);
     signal.connect(im.notify_endpoint);
     for (;;) {
@@ -134,11 +249,20 @@ void Worker::run() {
             EmulatedDevice dev = EmulatedDevice::from_json(
                 m.json.contains("device") ? m.json["device"] : nlohmann::json::object());
             if (dev.threads == 0) dev.threads = options_.threads;
+            routes.erase(m.stage);
+            im.set_inbox(m.stage, std::nullopt);
             im.stages.erase(m.stage);  // free the old stage's memory before building the new one
             im.stages[m.stage] = make_stage(m.json["stage"]);
             im.devices[m.stage] = dev;
-            frame = reply_frame(MsgType::kConfigAck, m.seq, m.stage,
-                                {{"kind", im.stages[m.stage]->kind()}});
+            nlohmann::json ack = {{"kind", im.stages[m.stage]->kind()}};
+            if (m.json.contains("route")) {
+              routes[m.stage] = connect_route(m.stage, StageRoute::from_json(m.json["route"]),
+                                              endpoint_, options_.key, options_.limits);
+              const StageRoute& r = routes[m.stage].route;
+              if (r.input_from_prev) im.set_inbox(m.stage, r.epoch);
+              ack["routed"] = true;
+            }
+            frame = reply_frame(MsgType::kConfigAck, m.seq, m.stage, ack);
             log().info("worker: stage {} configured ({})", m.stage, im.stages[m.stage]->kind());
             break;
           }
@@ -147,11 +271,24 @@ void Worker::run() {
             if (it == im.stages.end())
               throw InvalidArgument("packet for stage " + std::to_string(m.stage) +
                                     ", which this worker was not configured with");
+            const uint64_t seq = m.seq;
+            const uint32_t stage = m.stage;
             Packet in = message_to_packet(std::move(job.msg));
+            auto route = routes.find(stage);
+            if (route != routes.end() && route->second.route.input_from_prev)
+              in.tensors = im.take_forwarded(stage, in, route->second.route.epoch);
             double compute_s = 0;
-            Packet out = im.devices[m.stage].run(*it->second, std::move(in), &compute_s);
-            Message r = packet_to_message(MsgType::kResult, job.msg.seq, job.msg.stage, out);
+            Packet out = im.devices[stage].run(*it->second, std::move(in), &compute_s);
+            uint64_t forwarded = 0;
+            if (route != routes.end() && route->second.successor) {
+              const std::optional<uint64_t> sent = forward(route->second, stage, out, seq, frame);
+              if (!sent) break;  // `frame` holds the error naming the lost successor
+              forwarded = *sent;
+              out.tensors.clear();  // the coordinator gets the header only
+            }
+            Message r = packet_to_message(MsgType::kResult, seq, stage, out);
             r.json["compute_s"] = compute_s;
+            if (forwarded) r.json["forwarded_bytes"] = forwarded;
             frame = encode(r);
             ++packets_;
             break;
@@ -259,6 +396,19 @@ void Worker::run() {
           pong["lost"] = !im.in_hand.count({peer, awaited});
         }
         reply(peer, reply_frame(MsgType::kPong, m.seq, m.stage, pong));
+        break;
+      }
+      case MsgType::kForward: {
+        const uint64_t seq = m.seq;
+        const uint32_t stage = m.stage;
+        std::string answer;
+        try {
+          answer = im.accept_forward(std::move(m));
+        } catch (const std::exception& e) {
+          ++rejected_;
+          answer = error_frame(seq, stage, e.what());
+        }
+        reply(peer, std::move(answer));
         break;
       }
       case MsgType::kShutdown:

@@ -44,6 +44,7 @@ class HpipeFault : public HpipeDist {
       clean_first = clean.run(requests(first, kSlices));
       clean_second = clean.run(requests(second, kSlices, 500));
       ASSERT_EQ(clean_first.replans + clean_second.replans, 0);
+      ASSERT_EQ(clean_first.direct_hops, 2);  // worker to worker (the default topology)
     }
 
     Pipeline pipe(plan, slow_middle_cluster(), map, wide_options());
@@ -64,6 +65,7 @@ class HpipeFault : public HpipeDist {
     ASSERT_FALSE(r.events.empty());
     EXPECT_NE(r.events[0].find("lost device 'dev1'"), std::string::npos) << r.events[0];
     expect_bit_equal(r.outputs, clean_first.outputs);
+    EXPECT_EQ(r.direct_hops, 2);  // the re-planned pipeline forwards worker to worker too
 
     // Still serving: the next batch runs on dev0 and dev2 alone, each answer once and unchanged.
     delivered.clear();

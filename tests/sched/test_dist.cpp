@@ -59,14 +59,22 @@ class SchedDist : public ::testing::Test {
   std::vector<std::unique_ptr<ChildWorker>> workers_;
 };
 
+// Worker to worker (each worker forwards to the next over its own CURVE connection) and hub and
+// spoke on the same three workers: both bit-equal to the sequential run, hence to each other.
 TEST_F(SchedDist, ThreeWorkerProcessesOnLoopbackEqualSequential) {
   auto map = start_workers(3);
   const auto plan = mlp_plan({"dev0", "dev1", "dev2"}, 6, 64);
-  Pipeline pipe(plan, ClusterSpec{}, map, options());
-  RunReport r = pipe.run(mlp_requests(4, {6, 2, 8}, 64));
-  expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(4, {6, 2, 8}, 64)));
-  EXPECT_EQ(r.replans, 0);
-  for (const auto& t : r.timelines) EXPECT_EQ(t.intervals.size(), 12u);
+  for (Topology t : {Topology::kWorkerToWorker, Topology::kHubAndSpoke}) {
+    PipelineOptions o = options();
+    o.topology = t;
+    Pipeline pipe(plan, ClusterSpec{}, map, o);
+    RunReport r = pipe.run(mlp_requests(4, {6, 2, 8}, 64));
+    expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(4, {6, 2, 8}, 64)));
+    EXPECT_EQ(r.replans, 0);
+    EXPECT_EQ(r.direct_hops, t == Topology::kWorkerToWorker ? 2 : 0);
+    EXPECT_EQ(r.forwarded_bytes > 0, t == Topology::kWorkerToWorker);
+    for (const auto& tl : r.timelines) EXPECT_EQ(tl.intervals.size(), 12u);
+  }
 }
 
 // Kills (SIGKILL) or stops (SIGSTOP) worker 1 once the first answer is back; the run re-plans onto
@@ -96,11 +104,20 @@ void run_with_fault(SchedDist* self, std::map<std::string, std::string> map, Chi
   expect_bit_equal(r.outputs, run_sequential(plan, mlp_requests(8, slices, 96)));
   ASSERT_FALSE(r.events.empty());
   EXPECT_NE(r.events[0].find("lost device 'dev1'"), std::string::npos) << r.events[0];
+  // After the re-plan stage 1 runs on a survivor beside another stage; every hop stays direct.
+  EXPECT_EQ(r.direct_hops, o.topology == Topology::kWorkerToWorker ? 2 : 0);
 }
 
 TEST_F(SchedDist, KilledWorkerMidRunEveryAnswerOnceAndUnchanged) {
   auto map = start_workers(3);
   run_with_fault(this, map, *workers_[1], SIGKILL, options());
+}
+
+TEST_F(SchedDist, KilledWorkerMidRunHubAndSpoke) {
+  auto map = start_workers(3);
+  PipelineOptions o = options();
+  o.topology = Topology::kHubAndSpoke;
+  run_with_fault(this, map, *workers_[1], SIGKILL, o);
 }
 
 TEST_F(SchedDist, StalledWorkerIsDetectedByHeartbeat) {

@@ -288,6 +288,31 @@ TEST(SchedPipeline, InprocThreeStagesEqualSequentialBitExact) {
   EXPECT_GE(j["timelines"][0]["utilisation"].get<double>(), 0.0);
 }
 
+// The same three stages worker to worker (the default) and hub and spoke: bit-equal outputs; the
+// intermediate activations (two hops of 4 requests x 15 rows x 256 f32) leave the coordinator's
+// traffic and travel between the workers instead.
+TEST(SchedPipeline, WorkerToWorkerEqualsHubAndSpokeAndBypassesTheCoordinator) {
+  const auto plan = mlp_plan({"d0", "d1", "d2"}, 6, 256);
+  const auto want = run_sequential(plan, mlp_requests(4, {5, 3, 7}, 256));
+  std::map<Topology, RunReport> got;
+  for (Topology t : {Topology::kWorkerToWorker, Topology::kHubAndSpoke}) {
+    PipelineOptions o;
+    o.topology = t;
+    Pipeline pipe(plan, ClusterSpec{}, {}, o);
+    got[t] = pipe.run(mlp_requests(4, {5, 3, 7}, 256));
+    expect_bit_equal(got[t].outputs, want);
+  }
+  const RunReport &w2w = got[Topology::kWorkerToWorker], &hub = got[Topology::kHubAndSpoke];
+  const uint64_t hop_bytes = 4 * 15 * 256 * 4;
+  EXPECT_EQ(w2w.direct_hops, 2);
+  EXPECT_GE(w2w.forwarded_bytes, 2 * hop_bytes);
+  EXPECT_EQ(hub.direct_hops, 0);
+  EXPECT_EQ(hub.forwarded_bytes, 0u);
+  // Hub and spoke carries each intermediate activation twice (out of stage i, into stage i + 1).
+  EXPECT_GE(hub.coordinator_bytes, w2w.coordinator_bytes + 2 * hop_bytes);
+  EXPECT_EQ(w2w.to_json()["topology"]["direct_hops"], 2);
+}
+
 TEST(SchedPipeline, DirectLocalModeMatchesToo) {
   const auto plan = mlp_plan({"d0", "d1"}, 4, 16);
   PipelineOptions o;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "tandem/sched/client.h"
@@ -144,6 +145,78 @@ TEST(SchedTransport, OversizedMessagesAreRefused) {
   EXPECT_EQ(w.worker.packets(), 0u);
   WorkerClient again(w.worker.endpoint(), std::nullopt, quick());
   EXPECT_NO_THROW(again.hello());
+}
+
+// Worker to worker: worker a forwards stage 0's output to worker b's stage 1, which takes it as
+// its input; forwards of another epoch, for a stage that takes none, and a packet whose input
+// never arrived are refused with messages that say so; a successor nobody listens at is named
+// with the worker that cannot reach it.
+TEST(SchedTransport, WorkersForwardToTheirSuccessorAndRefuseWhatDoesNotFit) {
+  WorkerOptions wo;
+  wo.listen = "inproc://sched-test-route-a";
+  ThreadWorker a(wo);
+  wo.listen = "inproc://sched-test-route-b";
+  ThreadWorker b(wo);
+  WorkerClient ca(a.worker.endpoint(), std::nullopt, quick());
+  WorkerClient cb(b.worker.endpoint(), std::nullopt, quick());
+  StageRoute to_b, from_a;
+  to_b.next_endpoint = b.worker.endpoint();
+  to_b.next_stage = 1;
+  to_b.heartbeat_timeout_s = 0.5;
+  from_a.input_from_prev = true;
+  to_b.epoch = from_a.epoch = 41;
+  cb.configure(1, {{"kind", "sched.identity"}}, EmulatedDevice{}, from_a);
+  ca.configure(0, {{"kind", "sched.identity"}}, EmulatedDevice{}, to_b);
+
+  Packet p;
+  p.request_id = 5;
+  p.tensors.push_back(Tensor::from_vector(std::vector<float>{1, 2, 3}, Shape{3}, DType::kF32));
+  const Packet header = ca.process(0, p);
+  EXPECT_TRUE(header.tensors.empty());  // the tensors went to b
+  EXPECT_GT(ca.forwarded_bytes(), 3u * 4);
+  const Packet out = cb.process(1, header);
+  ASSERT_EQ(out.tensors.size(), 1u);
+  const float* v = out.tensors[0].data<float>();
+  EXPECT_EQ(std::vector<float>(v, v + 3), (std::vector<float>{1, 2, 3}));
+
+  auto refused = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const RemoteError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // Its input was taken once; a second packet for it has none.
+  EXPECT_NE(refused([&] { cb.process(1, header); }).find("no input was forwarded"),
+            std::string::npos);
+  WorkerClient other(b.worker.endpoint(), std::nullopt, quick());
+  EXPECT_NE(refused([&] { other.forward(1, 40, p); }).find("stage runs epoch 41"),
+            std::string::npos);
+  EXPECT_NE(refused([&] { other.forward(0, 41, p); }).find("not configured to take forwarded"),
+            std::string::npos);
+
+  // A successor that nobody listens at: the configure fails within the successor's heartbeat
+  // timeout, naming both workers.
+  std::string gone;
+  {
+    ZmqSocket s(ZMQ_ROUTER);
+    s.bind("tcp://127.0.0.1:0");
+    gone = s.endpoint();
+  }
+  wo.listen = "tcp://127.0.0.1:0";
+  ThreadWorker t(wo);
+  WorkerClient ct(t.worker.endpoint(), std::nullopt, quick());
+  StageRoute to_gone = to_b;
+  to_gone.next_endpoint = gone;
+  to_gone.connect_timeout_s = 0.5;
+  const std::string m = refused([&] {
+    ct.configure(0, {{"kind", "sched.identity"}}, EmulatedDevice{}, to_gone);
+  });
+  EXPECT_NE(m.find("worker " + t.worker.endpoint() + " (stage 0) cannot reach its successor " +
+                   gone + " (stage 1)"),
+            std::string::npos)
+      << m;
 }
 
 }  // namespace

@@ -15,6 +15,10 @@
 //   c.configure(0, {{"kind", "sched.mlp"}, ...}, EmulatedDevice{});
 //   Packet out = c.process(0, std::move(in));
 //
+// Worker to worker (a StageRoute in configure): the worker sends the stage's output straight to
+// the next stage's worker and process() returns the header only; a worker whose successor stops
+// answering during that forward answers so, and process() throws SuccessorLost naming it.
+//
 // Thread-safety: one thread per client (it owns a zmq socket).
 #pragma once
 
@@ -22,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "tandem/export.h"
 #include "tandem/sched/emulation.h"
@@ -37,6 +42,17 @@ class TANDEM_API WorkerLost : public TransportError {
 // The worker answered kError (its stage failed, or it rejected our message).
 class TANDEM_API RemoteError : public Error {
   using Error::Error;
+};
+// The worker computed the packet but its successor (worker-to-worker route) stopped answering
+// while it forwarded the output: the successor, not this worker, is the one lost.
+class TANDEM_API SuccessorLost : public WorkerLost {
+ public:
+  SuccessorLost(const std::string& what, std::string successor)
+      : WorkerLost(what), successor_(std::move(successor)) {}
+  const std::string& successor() const { return successor_; }
+
+ private:
+  std::string successor_;
 };
 
 struct ClientOptions {
@@ -60,14 +76,24 @@ class TANDEM_API WorkerClient {
 
   nlohmann::json hello();  // the worker's info {"pid", "threads", "kinds", "protocol"}
   // Builds stage `stage_id` on the worker (replacing one with the same id, dropping its state).
-  void configure(uint32_t stage_id, const nlohmann::json& stage, const EmulatedDevice& device);
+  // A route with a successor makes the worker connect to it first (RemoteError naming both
+  // workers when it cannot reach it).
+  void configure(uint32_t stage_id, const nlohmann::json& stage, const EmulatedDevice& device,
+                 const StageRoute& route = {});
+  // The stage's output; only its header (no tensors) when the route forwards it to a successor.
+  // SuccessorLost when the successor stopped answering during the forward.
   Packet process(uint32_t stage_id, const Packet& in, double* compute_s = nullptr);
+  // Worker to worker: hands `p` to stage `stage_id` of this (successor) worker as the input of a
+  // later kPacket; returns once the worker holds it. Returns the bytes sent.
+  uint64_t forward(uint32_t stage_id, uint64_t epoch, const Packet& p);
   // Stage stage_id drops its state for request_id (Stage::reset).
   void reset(uint32_t stage_id, uint64_t request_id);
   void shutdown();  // best effort: asks the worker to exit
 
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
+  // Tensor bytes the worker forwarded to its successor for this client's packets.
+  uint64_t forwarded_bytes() const { return forwarded_bytes_; }
 
  private:
   // total_timeout_s: the longest wait for the answer even while the worker keeps answering pings.
@@ -79,7 +105,7 @@ class TANDEM_API WorkerClient {
   ClientOptions options_;
   ZmqSocket sock_;
   uint64_t next_seq_ = 1;
-  uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+  uint64_t bytes_sent_ = 0, bytes_received_ = 0, forwarded_bytes_ = 0;
 };
 
 }  // namespace tandem::sched

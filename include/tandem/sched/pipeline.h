@@ -9,8 +9,14 @@
 // `tandem worker` there. Both emulate the ClusterSpec device (thread budget, speed factor). A link
 // thread sits between two stages on different devices that the ClusterSpec links: it delays each
 // packet by latency (+ jitter) + bytes / bandwidth and re-sends dropped copies after a timeout.
-// Activations travel coordinator -> worker -> coordinator (hub and spoke; no worker-to-worker
-// sockets), so a real multi-host run pays two hops per stage.
+// Topology (options.topology): worker to worker (the default), stage i's worker sends its output
+// straight to stage i+1's worker (kForward over the successor's own CURVE-secured socket) and
+// answers the coordinator with the packet's header only; the last stage's output comes back to the
+// coordinator. The coordinator still sends every stage its packet header, so sequence numbers,
+// heartbeats, re-sends, resets and re-plans work as in hub and spoke, where every activation
+// travels coordinator -> worker -> coordinator (two hops per stage). A hop stays hub and spoke
+// when either stage is a group, runs without ZeroMQ (direct_local), the two workers use different
+// transports (inproc vs tcp/ipc), or an emulated link sits between them.
 //
 // A group stage (plan.h: several devices, each with its share) runs as one node: the kind's
 // registered split (stage.h GroupOps) cuts the packet into the members' parts, each member runs its
@@ -75,7 +81,10 @@ using PlanReplanFn =
     std::function<PipelinePlan(const PipelinePlan& current, const std::vector<std::string>& failed,
                                const std::vector<std::string>& alive)>;
 
+enum class Topology { kHubAndSpoke, kWorkerToWorker };
+
 struct PipelineOptions {
+  Topology topology = Topology::kWorkerToWorker;
   size_t queue_capacity = 2;
   bool direct_local = false;  // local stages: call the Stage directly (no ZeroMQ); such stages
                               // are built per run() (worker-hosted ones live until re-configured)
@@ -121,6 +130,9 @@ struct TANDEM_API RunReport {
   double makespan_s = 0;
   int replans = 0;
   uint64_t requests_rerun = 0;
+  int direct_hops = 0;  // stage-to-stage hops that went worker to worker (last generation)
+  uint64_t coordinator_bytes = 0;  // frames the coordinator's sockets sent and received
+  uint64_t forwarded_bytes = 0;    // frames the workers sent each other (kForward)
   // Stages' utilisation (compute / makespan), bubbles (makespan - compute), link counters, events;
   // no tensors.
   nlohmann::json to_json() const;

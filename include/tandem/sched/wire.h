@@ -47,6 +47,9 @@ enum class MsgType : uint8_t {
   kAck = 9,
   kError = 10,     // {"what": "..."}
   kShutdown = 11,  // the worker exits its loop -> kAck
+  // worker -> worker: stage `stage`'s input (a Packet plus "epoch"), sent by the predecessor's
+  // worker when its route names a successor -> kAck once held | kError (unknown stage, stale epoch)
+  kForward = 12,
 };
 TANDEM_API const char* msg_type_name(MsgType t);
 
@@ -73,6 +76,25 @@ struct Message {
 TANDEM_API std::string encode(const Message& m, bool checksum = true);
 // Parses and validates one frame; WireError naming what is wrong (and the byte offset).
 TANDEM_API Message decode(const void* data, size_t size, const WireLimits& limits = {});
+
+// Where a stage's activations come from and go to (worker-to-worker topology; pipeline.h). Sent in
+// kConfig as "route". With next_endpoint set, the stage's worker sends each output straight to
+// the successor's worker (kForward) and answers the coordinator with the packet's header only;
+// with input_from_prev, each kPacket from the coordinator carries the header only and its tensors
+// are the ones the predecessor forwarded for that (request, micro). Forwards of another epoch
+// (a generation the coordinator abandoned after a failure) are refused.
+struct TANDEM_API StageRoute {
+  std::string next_endpoint;  // empty: the output goes back to the coordinator
+  uint32_t next_stage = 0;    // the successor's stage id on its worker
+  bool input_from_prev = false;
+  uint64_t epoch = 0;
+  // The successor link's heartbeats (the coordinator's client options).
+  double heartbeat_interval_s = 0.1, heartbeat_timeout_s = 1.0, connect_timeout_s = 5.0;
+
+  bool routed() const { return !next_endpoint.empty() || input_from_prev; }
+  nlohmann::json to_json() const;
+  static StageRoute from_json(const nlohmann::json& j);  // WireError naming the field
+};
 
 // The body checksum (exposed for tests and the fuzz target).
 TANDEM_API uint64_t wire_checksum(const void* data, size_t size);

@@ -11,6 +11,14 @@
 // its heartbeat timeout declares the worker dead or stalled. A malformed message is answered with
 // kError and counted, never acted upon.
 //
+// Worker to worker: a kConfig may carry a StageRoute (wire.h). With a successor, the worker
+// connects to it (hello, with its own cluster key; a successor it cannot reach fails the config
+// with a message naming both workers) and sends each output of the stage there as kForward,
+// answering the coordinator with the header only; it answers an error marked "successor_lost"
+// when the successor stops answering mid-forward. A stage whose input comes from its predecessor
+// takes each packet's tensors from the kForwards it holds (answered kAck on arrival, by the
+// serving loop) for the same request and micro-batch and the route's epoch.
+//
 //   Worker w({.listen = "inproc://w0"});
 //   std::thread t([&] { w.run(); });   ...   w.stop(); t.join();
 //
