@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "tandem/core/build_info.h"
+#include "tandem/core/cluster.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/sim_executor.h"
 
@@ -18,6 +19,10 @@ void add_deeprecsched_options(CLI::App* sub, DeepRecSchedCli& o) {
   sub->add_option("--cpu-device", o.cpu_device,
                   "deeprecsched: the CPU path, a simulated device on the accelerator's clock")
       ->capture_default_str();
+  sub->add_option("--cpu-profile", o.cpu_profile,
+                  "deeprecsched: the CPU path as a DeviceProfile JSON (as `tandem profile` writes "
+                  "it) instead of --cpu-device")
+      ->check(CLI::ExistingFile);
   sub->add_option("--engines", o.engines, "deeprecsched: CPU streams (inference engines)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -68,7 +73,10 @@ int run_deeprecsched(const rec::RecModel& model,
   HillClimbOptions hill = o.hill;
   hill.seed = seed;
   const SimDevice accel_dev = sim_device_from_flag(device);
-  const SimDevice cpu_dev = sim_device_from_flag(o.cpu_device);
+  const SimDevice cpu_dev = o.cpu_profile.empty()
+                                ? sim_device_from_flag(o.cpu_device)
+                                : sim_cpu_device(DeviceProfile::from_json_file(o.cpu_profile));
+  const std::string cpu_name = o.cpu_profile.empty() ? o.cpu_device : o.cpu_profile;
   PolicyOptions cpu_po{.policy = "stream-pool", .streams = o.engines};
   PolicyOptions accel_po{.policy = o.accel_policy};
   auto run = [&](const SplitOffload& c, double start_qps) {
@@ -84,7 +92,7 @@ int run_deeprecsched(const rec::RecModel& model,
     return r;
   };
   const DeepRecSchedTuning t = tune_deeprecsched(run, hill, o.offload);
-  params["cpu_device"] = o.cpu_device;
+  params["cpu_device"] = cpu_name;
   params["cpu_sim_device"] = cpu_dev.to_json();
   params["accel_sim_device"] = accel_dev.to_json();
   params["engines"] = o.engines;
@@ -116,7 +124,7 @@ int run_deeprecsched(const rec::RecModel& model,
                 tr.result.qps, tr.result.p95_ms.empty() ? 0.0 : tr.result.p95_ms.back(),
                 static_cast<long long>(tr.result.dropped));
   std::printf("\n%s on %s + %s: tuned %s %.1f QPS vs static (B6) %.1f QPS (%.2fx), %zu configs\n",
-              params.value("model", "").c_str(), o.cpu_device.c_str(), device.c_str(),
+              params.value("model", "").c_str(), cpu_name.c_str(), device.c_str(),
               best.config.name().c_str(), best.result.qps, static_qps,
               static_qps > 0 ? best.result.qps / static_qps : 0.0, t.tried.size());
   return 0;

@@ -6,6 +6,7 @@
 //
 //   tandem rec-tune --deeprecsched --model rm2 --device sim:h100 --cpu-device sim:cpu
 //       --size-quantiles bench/recsys/mlperf_dist_quantile.txt -o json
+// (--cpu-profile FILE describes the CPU path by a `tandem profile` JSON instead of measuring it.)
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -21,7 +22,8 @@ namespace tandem::cli {
 struct DeepRecSchedCli {
   bool enabled = false;
   std::string cpu_device = "sim:cpu";
-  int engines = 32;  // CPU streams (DeepRecSys' inference engines)
+  std::string cpu_profile;  // a DeviceProfile JSON for the CPU path (overrides --cpu-device)
+  int engines = 32;         // CPU streams (DeepRecSys' inference engines)
   std::string accel_policy = "fcfs";
   bool offload = true;
   rec::HillClimbOptions hill;
