@@ -78,6 +78,8 @@ struct RecServeOptions {
   int64_t query_size = 0;
   int64_t cache_rows = 0;
   uint64_t seed = 1;
+  int64_t priorities = 1;
+  std::string timeout_action = "reject";
   rec::PolicyOptions po;  // the policy and its knobs, bound to the options directly
   double jitter = rec::SimOptions{}.jitter;
   bool ltp = false;
@@ -96,7 +98,9 @@ nlohmann::json latency_bounded_throughput(
     LoadOptions lo = base;
     lo.rate_qps = rate;
     const LoadStats s = run_sim_load(*policy, ex, pool, lo);
-    return s.dropped > 0 || s.completed == 0 ? 1e30 : s.latency_ms.p99;
+    return s.dropped > 0 || s.rejected > 0 || s.timed_out > 0 || s.completed == 0
+               ? 1e30
+               : s.latency_ms.p99;
   };
   double lo = 0, hi = 100;
   while (p99_at(hi) <= po.sla_ms && hi < 1e7) lo = hi, hi *= 4;
@@ -190,7 +194,8 @@ int run_rec_serve(const RecServeOptions& o) {
   Executor& ex = *executor;
   Tracer tracer(static_cast<size_t>(std::max(1, o.trace_events)));
   if (!o.trace.empty()) ex.set_tracer(&tracer);
-  const PolicyOptions& po = o.po;
+  PolicyOptions po = o.po;
+  po.admission.timeout_action = parse_timeout_action(o.timeout_action);
   if (o.ltp && !simulated)
     throw InvalidArgument("--ltp searches on a simulated device only (--device sim:...)");
   LoadStats s;
@@ -201,6 +206,7 @@ int run_rec_serve(const RecServeOptions& o) {
   lo.warmup_s = o.warmup_s;
   lo.rate_qps = o.rate_qps;
   lo.max_outstanding = o.max_outstanding;
+  lo.priorities = o.priorities;
   lo.seed = o.seed;
   // Host bytes allocated during the load above what was live before it (intermediate outputs,
   // inputs, pool blocks): the CPU allocator's own counters.
@@ -237,6 +243,15 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
                           {"max_outstanding", o.max_outstanding},
+                          {"priorities", o.priorities},
+                          {"admission",
+                           {{"enabled", po.admission.enabled()},
+                            {"priority_levels", po.admission.priority_levels},
+                            {"max_queue_size", po.admission.max_queue_size},
+                            {"timeout_us", po.admission.default_timeout_us},
+                            {"timeout_action", o.timeout_action},
+                            {"preserve_ordering", po.admission.preserve_ordering},
+                            {"max_in_flight", po.admission.max_in_flight}}},
                           {"streams", o.po.streams},
                           {"urgent_slack_ms", o.po.urgent_slack_ms},
                           {"fuse_across", o.po.fuse_across},
@@ -279,6 +294,11 @@ int run_rec_serve(const RecServeOptions& o) {
               s.queue_ms.mean, s.queue_ms.p99, s.service_ms.mean, s.mean_batch_rows);
   std::printf("\n%lld queries in %.2f s, %lld errors", static_cast<long long>(s.completed),
               s.measured_s, static_cast<long long>(s.errors));
+  if (po.admission.enabled())
+    std::printf(", admission: %lld rejected (queue full, max %lld), %lld timed out (%s)",
+                static_cast<long long>(s.rejected),
+                static_cast<long long>(po.admission.max_queue_size),
+                static_cast<long long>(s.timed_out), o.timeout_action.c_str());
   if (o.rate_qps > 0)
     std::printf(", %lld arrivals dropped (%lld outstanding), %lld late",
                 static_cast<long long>(s.dropped), static_cast<long long>(o.max_outstanding),
@@ -417,6 +437,33 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-delay-us", o->po.max_queue_delay_us, "dynamic-batch: longest queue delay")
       ->check(number_in(0.0, 1e7))
+      ->capture_default_str();
+  sub->add_option("--priority-levels", o->po.admission.priority_levels,
+                  "Admission: priority levels of the queue (0 = off; 1 is the highest)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  sub->add_option("--priorities", o->priorities,
+                  "Load: query i of the pool has priority 1 + i mod this (<= --priority-levels)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  sub->add_option("--max-queue-size", o->po.admission.max_queue_size,
+                  "Admission: most waiting requests; one more is rejected at once (0 = unbounded)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  sub->add_option("--timeout-us", o->po.admission.default_timeout_us,
+                  "Admission: queue timeout of a request (0 = none)")
+      ->check(number_in(0.0, 1e12))
+      ->capture_default_str();
+  sub->add_option("--timeout-action", o->timeout_action,
+                  "Admission: a timed-out request is rejected (never run) or delayed (run after "
+                  "the others of its level)")
+      ->check(CLI::IsMember({"reject", "delay"}))
+      ->capture_default_str();
+  sub->add_flag("--preserve-ordering", o->po.admission.preserve_ordering,
+                "Admission: answer requests in submit order");
+  sub->add_option("--max-in-flight", o->po.admission.max_in_flight,
+                  "Admission: requests handed to the policy at once (0 = --streams)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));

@@ -14,6 +14,7 @@
 //   tandem rec-tune --model rm2 --device sim:h100 --clients 32 --duration 0.1
 //   tandem rec-tune --model din --device sim:h100 --clients 16 -o json
 //       --weights configs/recsys/recstream/sim-h100.json
+// --deeprecsched tunes DeepRecSched's split and offload instead (rec_deeprecsched.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "rec_deeprecsched.h"
 #include "rec_options.h"
 #include "report.h"
 #include "tandem/core/build_info.h"
@@ -52,6 +54,7 @@ struct RecTuneOptions {
   int64_t query_size = 0;
   uint64_t seed = 1;
   bool features = false;
+  DeepRecSchedCli drs;
 };
 
 struct Measured {
@@ -88,6 +91,20 @@ int run_rec_tune(const RecTuneOptions& o) {
   for (int i = 0; i < o.pool; ++i) {
     pool.push_back(std::make_shared<QueryInputs>(factory.make(uint64_t(i))));
     sizes.push_back(double(pool.back()->rows));
+  }
+  nlohmann::json params = {{"model", cfg.name},
+                           {"kind", to_string(cfg.kind)},
+                           {"device", o.device},
+                           {"size_dist", o.size_dist},
+                           {"size_sd", o.size_sd},
+                           {"size_quantiles", o.size_quantiles},
+                           {"query_size", cfg.query_size},
+                           {"pool", o.pool},
+                           {"rows_scale", scale},
+                           {"seed", o.seed}};
+  if (o.drs.enabled) {
+    if (!simulated) throw InvalidArgument("rec-tune --deeprecsched: --device sim:NAME needed");
+    return run_deeprecsched(model, pool, o.drs, o.device, o.seed, o.output, params);
   }
   std::sort(sizes.begin(), sizes.end());
   LoadShape shape;
@@ -182,29 +199,16 @@ int run_rec_tune(const RecTuneOptions& o) {
                           {"p99_ms", runs[i].stats.latency_ms.p99},
                           {"regret", regret(i)}};
   };
-  nlohmann::json j = {{"schema_version", 1},
-                      {"build", build_info_json()},
-                      {"params",
-                       {{"model", cfg.name},
-                        {"kind", to_string(cfg.kind)},
-                        {"device", o.device},
-                        {"clients", o.clients},
-                        {"rate_qps", o.rate_qps},
-                        {"duration_s", o.duration_s},
-                        {"warmup_s", o.warmup_s},
-                        {"size_dist", o.size_dist},
-                        {"size_sd", o.size_sd},
-                        {"size_quantiles", o.size_quantiles},
-                        {"query_size", cfg.query_size},
-                        {"mean_rows", shape.mean_rows},
-                        {"p95_rows", shape.p95_rows},
-                        {"rows_scale", scale},
-                        {"seed", o.seed}}},
-                      {"configs", nlohmann::json::array()},
-                      {"oracle", choice(oracle)},
-                      {"default", choice(dflt)},
-                      {"fixed", choice(fixed)},
-                      {"hill_climbing", choice(hill)}};
+  params.update({{"clients", o.clients},
+                 {"rate_qps", o.rate_qps},
+                 {"duration_s", o.duration_s},
+                 {"warmup_s", o.warmup_s},
+                 {"mean_rows", shape.mean_rows},
+                 {"p95_rows", shape.p95_rows}});
+  nlohmann::json j = {{"schema_version", 1},      {"build", build_info_json()},
+                      {"params", params},         {"configs", nlohmann::json::array()},
+                      {"oracle", choice(oracle)}, {"default", choice(dflt)},
+                      {"fixed", choice(fixed)},   {"hill_climbing", choice(hill)}};
   j["hill_climbing"]["probes"] = probes;
   for (const auto& r : runs) {
     nlohmann::json c = r.stats.to_json();
@@ -280,6 +284,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Workload seed")->capture_default_str();
+  add_deeprecsched_options(sub, o->drs);
   return Command{sub, [o] { return run_rec_tune(*o); }};
 });
 

@@ -45,6 +45,8 @@ nlohmann::json LoadStats::to_json() const {
           {"errors", errors},
           {"dropped", dropped},
           {"late", late},
+          {"rejected", rejected},
+          {"timed_out", timed_out},
           {"measured_s", measured_s},
           {"throughput_qps", throughput_qps},
           {"rows_per_s", rows_per_s},
@@ -63,6 +65,10 @@ void check_load_options(const std::vector<std::shared_ptr<const QueryInputs>>& p
     throw InvalidArgument(
         cat("run_load: rate ", o.rate_qps, " queries/s is outside [0, ", kMaxOpenLoopRateQps, "]"));
   if (o.max_outstanding < 1) throw InvalidArgument("run_load: max_outstanding must be >= 1");
+  if (!(o.reject_backoff_s > 0 && o.reject_backoff_s <= 3600))
+    throw InvalidArgument(
+        cat("run_load: reject_backoff_s ", o.reject_backoff_s, " is outside (0, 3600]"));
+  if (o.priorities < 1) throw InvalidArgument(cat("run_load: priorities ", o.priorities, " < 1"));
 }
 
 LoadStats run_load(ServingPolicy& policy,
@@ -76,14 +82,16 @@ LoadStats run_load(ServingPolicy& policy,
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup_s));
   const auto stop_at = measure_from + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(o.duration_s));
+  // Returns false when the admission layer rejected the query.
   auto record = [&](size_t index, std::future<Response>& fut) {
     try {
       Response r = fut.get();
       if (o.on_response) o.on_response(index, r);
       rec.add(r, Clock::now() >= measure_from);
     } catch (...) {
-      rec.add_error();
+      return !rec.add_failure(std::current_exception());
     }
+    return true;
   };
   if (o.rate_qps > 0) {
     // Open loop: one thread submits at Poisson times; futures are collected in order.
@@ -118,7 +126,7 @@ LoadStats run_load(ServingPolicy& policy,
       }
       ++outstanding;
       const size_t index = k % pool.size();
-      auto fut = policy.submit(pool[index]);
+      auto fut = policy.submit(pool[index], load_meta(o, index));
       std::lock_guard lk(qmu);
       inflight.emplace_back(index, std::move(fut));
       qcv.notify_one();
@@ -135,8 +143,9 @@ LoadStats run_load(ServingPolicy& policy,
       clients.emplace_back([&, c] {
         for (size_t k = 0; Clock::now() < stop_at; ++k) {
           const size_t index = (k * size_t(o.clients) + size_t(c)) % pool.size();
-          auto fut = policy.submit(pool[index]);
-          record(index, fut);
+          auto fut = policy.submit(pool[index], load_meta(o, index));
+          if (!record(index, fut))
+            std::this_thread::sleep_for(std::chrono::duration<double>(o.reject_backoff_s));
         }
       });
     for (auto& t : clients) t.join();

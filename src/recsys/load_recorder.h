@@ -22,9 +22,19 @@ class LoadRecorder {
     batch_rows_ += double(r.batch_rows);
     rows_ += static_cast<int64_t>(r.scores.size());
   }
-  void add_error() {
+  // A failed request: the admission layer's rejections (queue full, timed out) are counted apart
+  // from errors. Returns true for a rejection.
+  bool add_failure(std::exception_ptr error) {
     std::lock_guard lk(mu_);
-    ++errors_;
+    try {
+      std::rethrow_exception(error);
+    } catch (const Rejected& r) {
+      ++(r.reason() == Rejected::Reason::kTimeout ? timed_out_ : rejected_);
+      return true;
+    } catch (...) {
+      ++errors_;
+    }
+    return false;
   }
   LoadStats finish(const std::string& policy, int clients, double rate_qps, double measured_s,
                    int64_t dropped, int64_t late) {
@@ -35,6 +45,8 @@ class LoadRecorder {
     s.rate_qps = rate_qps;
     s.completed = static_cast<int64_t>(lat_.size());
     s.errors = errors_;
+    s.rejected = rejected_;
+    s.timed_out = timed_out_;
     s.dropped = dropped;
     s.late = late;
     s.measured_s = measured_s;
@@ -51,8 +63,15 @@ class LoadRecorder {
   std::mutex mu_;
   std::vector<double> lat_, queue_, service_;
   double batch_rows_ = 0;
-  int64_t rows_ = 0, errors_ = 0;
+  int64_t rows_ = 0, errors_ = 0, rejected_ = 0, timed_out_ = 0;
 };
+
+// The request of the query at pool[index]: priority 1 + index mod options.priorities.
+inline RequestMeta load_meta(const LoadOptions& o, size_t index) {
+  RequestMeta m;
+  m.priority = 1 + static_cast<int64_t>(index % static_cast<size_t>(o.priorities));
+  return m;
+}
 
 // The checks run_load and run_sim_load share (InvalidArgument naming the field).
 void check_load_options(const std::vector<std::shared_ptr<const QueryInputs>>& pool,

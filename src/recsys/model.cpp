@@ -403,4 +403,29 @@ QueryInputs concat_queries(const std::vector<const QueryInputs*>& parts) {
   return out;
 }
 
+QueryInputs slice_query(const QueryInputs& q, int64_t begin, int64_t end) {
+  if (begin < 0 || end > q.rows || begin >= end)
+    throw InvalidArgument(cat("slice_query: rows [", begin, ", ", end, ") of a query of ", q.rows));
+  auto rows_of = [&](const auto& v, int64_t per_row) {
+    return std::decay_t<decltype(v)>(v.begin() + begin * per_row, v.begin() + end * per_row);
+  };
+  QueryInputs out;
+  out.rows = end - begin;
+  out.dense = rows_of(q.dense, static_cast<int64_t>(q.dense.size()) / q.rows);
+  for (size_t t = 0; t < q.ids.size(); ++t) {
+    const auto& off = q.offsets[t];
+    out.ids.emplace_back(q.ids[t].begin() + off[size_t(begin)],
+                         q.ids[t].begin() + off[size_t(end)]);
+    std::vector<int64_t> o(off.begin() + begin, off.begin() + end + 1);
+    for (int64_t& x : o) x -= off[size_t(begin)];
+    out.offsets.push_back(std::move(o));
+  }
+  for (size_t k = 0; k < q.item_ids.size(); ++k) {
+    out.item_ids.push_back(rows_of(q.item_ids[k], 1));
+    out.seq_ids.push_back(
+        rows_of(q.seq_ids[k], static_cast<int64_t>(q.seq_ids[k].size()) / q.rows));
+  }
+  return out;
+}
+
 }  // namespace tandem::rec

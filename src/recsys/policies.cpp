@@ -223,7 +223,10 @@ std::unique_ptr<ServingPolicy> make_policy(const RecModel& model, Executor& exec
                                            const PolicyOptions& o) {
   if (o.streams < 1)
     throw InvalidArgument(cat("policy '", o.policy, "': streams ", o.streams, " < 1"));
-  return serving_policies().get(o.policy)(model, executor, o);
+  o.admission.validate();  // before the policy takes any stream
+  auto policy = serving_policies().get(o.policy)(model, executor, o);
+  if (!o.admission.enabled()) return policy;
+  return with_admission(std::move(policy), model, executor, o.admission, o.streams);
 }
 
 }  // namespace tandem::rec

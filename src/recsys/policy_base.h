@@ -46,9 +46,9 @@ class PolicyBase : public ServingPolicy {
  protected:
   std::unique_ptr<Request> make_request(std::shared_ptr<const QueryInputs> q,
                                         const RequestMeta& meta) {
-    if (meta.priority < 1 || !(meta.sla_ms >= 0))
-      throw InvalidArgument(
-          cat("submit: priority ", meta.priority, " < 1 or sla_ms ", meta.sla_ms, " < 0"));
+    if (meta.priority < 1 || !(meta.sla_ms >= 0) || !(meta.timeout_us >= 0))
+      throw InvalidArgument(cat("submit: priority ", meta.priority, " < 1, sla_ms ", meta.sla_ms,
+                                " < 0 or timeout_us ", meta.timeout_us, " < 0"));
     if (!q) throw InvalidArgument("submit: null query");
     model_.validate(*q);
     auto r = std::make_unique<Request>();
@@ -98,6 +98,7 @@ class PolicyBase : public ServingPolicy {
     int64_t row = 0;
     for (auto& r : job.requests) {
       if (err) {
+        if (r->meta.on_done) r->meta.on_done(nullptr, err);
         r->promise.set_exception(err);
         continue;
       }
@@ -109,6 +110,7 @@ class PolicyBase : public ServingPolicy {
       resp.service_s = seconds(end - job.start);
       resp.latency_s = seconds(end - r->arrival);
       resp.batch_rows = job.inputs->rows;
+      if (r->meta.on_done) r->meta.on_done(&resp, nullptr);
       r->promise.set_value(std::move(resp));
     }
   }

@@ -152,14 +152,37 @@ struct SimExecutor::SimStream {
   bool running = false;  // its head op is in running_
 };
 
+struct SimExecutor::SimClock {
+  Clock::time_point epoch = Clock::now();
+  std::recursive_mutex mu;
+  double now = 0;
+  std::multimap<std::pair<double, int64_t>, std::function<void()>> timers;
+  int64_t timer_seq = 0;
+  std::vector<SimExecutor*> members;  // in construction order: the order they are processed
+};
+
 SimExecutor::SimExecutor(SimDevice device, SimOptions options)
-    : dev_(std::move(device)), opt_(options), rng_(options.seed), epoch_(Clock::now()) {
+    : SimExecutor(std::move(device), options, std::make_shared<SimClock>()) {}
+
+SimExecutor::SimExecutor(SimDevice device, SimOptions options, SimExecutor& clock)
+    : SimExecutor(std::move(device), options, clock.clock_) {}
+
+SimExecutor::SimExecutor(SimDevice device, SimOptions options, std::shared_ptr<SimClock> clock)
+    : clock_(std::move(clock)),
+      dev_(std::move(device)),
+      opt_(options),
+      rng_(options.seed),
+      epoch_(clock_->epoch),
+      mu_(clock_->mu),
+      now_(clock_->now) {
   if (!(opt_.jitter >= 0 && opt_.jitter <= 0.5))
     throw InvalidArgument(cat("SimExecutor: jitter ", opt_.jitter, " outside [0, 0.5]"));
   if (dev_.sms < 1 || !(dev_.profile.peak_flops > 0) ||
       !(dev_.profile.mem_bandwidth_bytes_per_s > 0))
     throw InvalidArgument(cat("SimExecutor: device '", dev_.name,
                               "' needs sms >= 1, peak_flops and mem_bandwidth_bytes_per_s"));
+  std::lock_guard lk(mu_);
+  clock_->members.push_back(this);
 }
 
 SimExecutor::~SimExecutor() {
@@ -167,6 +190,9 @@ SimExecutor::~SimExecutor() {
     synchronize();
   } catch (...) {  // errors went to the queries' promises
   }
+  std::lock_guard lk(mu_);
+  auto& m = clock_->members;
+  m.erase(std::find(m.begin(), m.end(), this));
 }
 
 int SimExecutor::create_stream(int priority) {
@@ -422,16 +448,14 @@ void SimExecutor::update_rates() {
   }
 }
 
-bool SimExecutor::step() {
-  std::lock_guard lk(mu_);
-  bool did = settle();
+double SimExecutor::next_end_us() const {
   double next = std::numeric_limits<double>::infinity();
   for (const auto& r : running_)
     next = std::min(next, now_ + (r.overhead_us > 0 ? r.overhead_us : r.remaining_us / r.rate));
-  if (!timers_.empty()) next = std::min(next, std::max(now_, timers_.begin()->first.first));
-  if (!std::isfinite(next)) return did;
-  const double dt = next - now_;
-  now_ = next;
+  return next;
+}
+
+void SimExecutor::advance(double dt) {
   std::vector<Running> still;
   std::vector<Running> finished;
   for (auto& r : running_) {
@@ -465,16 +489,31 @@ bool SimExecutor::step() {
                    tp(sp.start_us), tp(sp.end_us), r.stream);
     }
   }
-  while (!timers_.empty() && timers_.begin()->first.first <= now_) {
-    auto fn = std::move(timers_.begin()->second);
-    timers_.erase(timers_.begin());
+}
+
+bool SimExecutor::step() {
+  std::lock_guard lk(mu_);
+  const auto members = clock_->members;  // a host callback may construct or destroy one
+  bool did = false;
+  for (SimExecutor* m : members) did = m->settle() || did;
+  auto& timers = clock_->timers;
+  double next = std::numeric_limits<double>::infinity();
+  for (SimExecutor* m : members) next = std::min(next, m->next_end_us());
+  if (!timers.empty()) next = std::min(next, std::max(now_, timers.begin()->first.first));
+  if (!std::isfinite(next)) return did;
+  const double dt = next - now_;
+  now_ = next;
+  for (SimExecutor* m : members) m->advance(dt);
+  while (!timers.empty() && timers.begin()->first.first <= now_) {
+    auto fn = std::move(timers.begin()->second);
+    timers.erase(timers.begin());
     try {
       fn();
     } catch (...) {
       if (!error_) error_ = std::current_exception();
     }
   }
-  settle();
+  for (SimExecutor* m : members) m->settle();
   return true;
 }
 
@@ -487,7 +526,7 @@ bool SimExecutor::run_until(const std::function<bool()>& pred) {
 
 void SimExecutor::at(double t_us, std::function<void()> fn) {
   std::lock_guard lk(mu_);
-  timers_.emplace(std::make_pair(std::max(t_us, now_), timer_seq_++), std::move(fn));
+  clock_->timers.emplace(std::make_pair(std::max(t_us, now_), clock_->timer_seq++), std::move(fn));
 }
 
 void SimExecutor::synchronize() {

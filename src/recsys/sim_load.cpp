@@ -23,8 +23,9 @@ LoadStats run_sim_load(ServingPolicy& policy, SimExecutor& ex,
   };
   std::list<Pending> pending;  // submit order
   int64_t dropped = 0;
+  int backing_off = 0;  // closed-loop clients pausing after a rejection
   auto submit = [&](int client, size_t k, size_t index) {
-    pending.push_back({client, k, index, policy.submit(pool[index])});
+    pending.push_back({client, k, index, policy.submit(pool[index], load_meta(o, index))});
   };
   if (o.rate_qps > 0) {
     // Poisson arrivals as simulator timers; each arrival schedules the next.
@@ -49,9 +50,9 @@ LoadStats run_sim_load(ServingPolicy& policy, SimExecutor& ex,
       if (p.fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return true;
     return false;
   };
-  while (!pending.empty() || (o.rate_qps > 0 && ex.now_us() < stop_at)) {
+  while (!pending.empty() || backing_off > 0 || (o.rate_qps > 0 && ex.now_us() < stop_at)) {
     if (!ex.run_until(ready)) {
-      if (pending.empty()) continue;  // open loop: the next arrival timer fires in run_until
+      if (pending.empty()) continue;  // the next arrival or back-off timer fires in run_until
       throw Infeasible(cat("run_sim_load: ", pending.size(), " queries of policy '", policy.name(),
                            "' never complete"));
     }
@@ -60,16 +61,26 @@ LoadStats run_sim_load(ServingPolicy& policy, SimExecutor& ex,
         ++it;
         continue;
       }
+      bool rejected = false;
       try {
         Response r = it->fut.get();
         if (o.on_response) o.on_response(it->index, r);
         rec.add(r, ex.now_us() >= measure_from);
       } catch (...) {
-        rec.add_error();
+        rejected = rec.add_failure(std::current_exception());
       }
       if (o.rate_qps <= 0 && ex.now_us() < stop_at) {
-        const size_t k = it->k + 1;
-        submit(it->client, k, (k * size_t(o.clients) + size_t(it->client)) % pool.size());
+        const int client = it->client;
+        const size_t k = it->k + 1, index = (k * size_t(o.clients) + size_t(client)) % pool.size();
+        if (!rejected) {
+          submit(client, k, index);
+        } else {  // a rejection is immediate: the client pauses before its next query
+          ++backing_off;
+          ex.at(ex.now_us() + 1e6 * o.reject_backoff_s, [&, client, k, index] {
+            --backing_off;
+            submit(client, k, index);
+          });
+        }
       }
       it = pending.erase(it);
     }

@@ -20,13 +20,14 @@
 namespace tandem::rec {
 
 struct Fixture {
-  explicit Fixture(const std::string& name, int n_queries = 24)
+  // n_queries queries of 1..max_rows rows.
+  explicit Fixture(const std::string& name, int n_queries = 24, int64_t max_rows = 9)
       : cfg(zoo_config(name)), model(RecModel::generate(cfg)) {
     WorkloadOptions w;
     w.index.dist = IndexDist::kZipf;
     w.size.dist = SizeDist::kUniform;
     w.size.min = 1;
-    w.size.max = 9;
+    w.size.max = max_rows;
     w.variable_pooling = true;
     QueryFactory f(cfg, w);
     for (int i = 0; i < n_queries; ++i) {

@@ -67,6 +67,9 @@ struct QueryInputs {
 
 // Concatenates queries row-wise (dynamic batching); all must belong to the same model.
 TANDEM_API QueryInputs concat_queries(const std::vector<const QueryInputs*>& parts);
+// Rows [begin, end) of a query, its inverse (DeepRecSched's split); InvalidArgument for a range
+// outside [0, q.rows] or an empty one.
+TANDEM_API QueryInputs slice_query(const QueryInputs& q, int64_t begin, int64_t end);
 
 enum class CostClass { kMem, kComp, kTiny };
 TANDEM_API const char* to_string(CostClass c);  // "MEM", "COMP", "TINY"

@@ -43,6 +43,7 @@
 
 #include "tandem/core/registry.h"
 #include "tandem/export.h"
+#include "tandem/recsys/admission.h"
 #include "tandem/recsys/executor.h"
 #include "tandem/recsys/model.h"
 
@@ -55,11 +56,19 @@ struct Response {
   int64_t batch_rows = 0;  // rows of the launch this query ran in
 };
 
+// Called once when a request is answered (`response` set) or failed (`error` set), on the thread
+// that completes it, before its future becomes ready. It may submit to the same policy (the
+// admission layer dispatches its next request from here) but must not wait on a future.
+using Completion = std::function<void(const Response* response, std::exception_ptr error)>;
+
 // Per request (Triton-compatible semantics, the recsys spec §2.2): business priority, 1 highest;
-// the SLA sets the deadline arrival + sla_ms (0: PolicyOptions::sla_ms).
+// the SLA sets the deadline arrival + sla_ms (0: PolicyOptions::sla_ms); the queue timeout of the
+// admission layer (admission.h; 0: AdmissionOptions::default_timeout_us).
 struct RequestMeta {
   int64_t priority = 1;
   double sla_ms = 0;
+  double timeout_us = 0;
+  Completion on_done = nullptr;  // optional
 };
 
 struct PolicyOptions {
@@ -91,6 +100,8 @@ struct PolicyOptions {
   // executor's stream-ordered pool, freed behind their consumers (the recsys spec §2.4); false:
   // each node allocates its output, held until the query completes.
   bool tensor_pool = true;
+  // Triton-compatible admission in front of the policy (admission.h); off unless enabled().
+  AdmissionOptions admission{};
 };
 
 class TANDEM_API ServingPolicy {
@@ -116,11 +127,19 @@ using PolicyFactory = std::function<std::unique_ptr<ServingPolicy>(
 // policies.cpp; a new policy registers the same way, in its own file:
 //   const tandem::Registration kReg(tandem::rec::serving_policies(), "mine", make_mine);
 TANDEM_API Registry<PolicyFactory>& serving_policies();
-// serving_policies().get(options.policy)(...): InvalidArgument for an unknown policy name (listing
-// the registered ones) or streams < 1.
+// serving_policies().get(options.policy)(...), behind the admission layer when
+// options.admission.enabled(): InvalidArgument for an unknown policy name (listing the registered
+// ones), streams < 1 or bad admission options.
 TANDEM_API std::unique_ptr<ServingPolicy> make_policy(const RecModel& model, Executor& executor,
                                                       const PolicyOptions& options);
 TANDEM_API std::vector<std::string> policy_names();  // the registered names, sorted
+// `inner` (serving `model` over `executor`) behind the admission layer of admission.h, handing it
+// at most options.max_in_flight requests at once (0: `streams`). make_policy calls it when
+// options.admission.enabled(); InvalidArgument for bad options.
+TANDEM_API std::unique_ptr<ServingPolicy> with_admission(std::unique_ptr<ServingPolicy> inner,
+                                                         const RecModel& model, Executor& executor,
+                                                         const AdmissionOptions& options,
+                                                         int streams);
 
 inline constexpr double kMaxOpenLoopRateQps = 1e6;
 
@@ -134,6 +153,13 @@ struct LoadOptions {
   // outstanding is dropped and counted (back-pressure), so an overloaded policy cannot queue
   // without bound.
   int64_t max_outstanding = 1024;
+  // Closed loop: a client whose query the admission layer rejected waits this long before its
+  // next submit (a rejection is immediate, so without a pause a client would resubmit at once).
+  double reject_backoff_s = 1e-3;
+  // Business priorities of the queries: the query at pool[i] has priority 1 + i mod priorities
+  // (1 = all the same; with the admission layer's priority_levels, higher ones leave its queue
+  // first).
+  int64_t priorities = 1;
   uint64_t seed = 1;
   // Called for every response with the index of its query in the pool (any thread).
   std::function<void(size_t pool_index, const Response&)> on_response;
@@ -154,6 +180,9 @@ struct TANDEM_API LoadStats {
   // Open loop: arrivals dropped because max_outstanding queries were outstanding, and arrivals
   // submitted more than kLateArrivalS after their scheduled time (the generator fell behind).
   int64_t dropped = 0, late = 0;
+  // Requests the admission layer (admission.h) answered with Rejected: queue full, or timed out
+  // in the queue (REJECT); not in completed or errors.
+  int64_t rejected = 0, timed_out = 0;
   double measured_s = 0, throughput_qps = 0, rows_per_s = 0;
   Percentiles latency_ms, queue_ms, service_ms;
   double mean_batch_rows = 0;

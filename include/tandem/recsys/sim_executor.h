@@ -103,6 +103,12 @@ struct SimSpan {
 class TANDEM_API SimExecutor final : public Executor {
  public:
   SimExecutor(SimDevice device, SimOptions options = {});
+  // A second device on `clock`'s simulated clock: one time line, one lock, one set of timers, so
+  // driving either executor (step, run_until, synchronize, an event's synchronize) runs the ops
+  // of both, and their now() agree (a CPU and an accelerator in one simulation, DeepRecSched's
+  // offload). Each keeps its own device, streams, events, pool and schedule; `clock` must outlive
+  // this executor.
+  SimExecutor(SimDevice device, SimOptions options, SimExecutor& clock);
   ~SimExecutor() override;
   int create_stream(int priority = 0) override;
   int num_streams() const override;
@@ -129,7 +135,8 @@ class TANDEM_API SimExecutor final : public Executor {
   Clock::time_point now() const override;
 
   // Processes everything due at the current instant, then advances the clock to the next op end
-  // or timer and processes that. Returns false when nothing is left to do.
+  // or timer (of any executor on the clock) and processes that. Returns false when nothing is
+  // left to do.
   bool step();
   // Steps until `pred()` holds (checked between steps) or nothing is left; returns pred().
   bool run_until(const std::function<bool()>& pred);
@@ -154,6 +161,8 @@ class TANDEM_API SimExecutor final : public Executor {
   struct Running;
   struct SimStream;
   class SimEvent;
+  struct SimClock;
+  SimExecutor(SimDevice device, SimOptions options, std::shared_ptr<SimClock> clock);
   const std::vector<OpNode>& nodes_of(const RecModel& model, int64_t rows) const;
   OpCost cost(const OpNode& node, LaunchLimits limits) const;
   SimStream& stream_ref(int id);
@@ -161,17 +170,19 @@ class TANDEM_API SimExecutor final : public Executor {
   bool settle();  // processes runnable stream heads at now; true if anything happened
   void start_op(int stream, Item& item);
   void update_rates();
+  double next_end_us() const;  // when the next of its running ops ends an overhead or finishes
+  void advance(double dt);     // moves its running ops dt µs on, retiring the finished ones
 
+  // The simulated time line, shared by the executors constructed on one clock.
+  std::shared_ptr<SimClock> clock_;
   SimDevice dev_;
   SimOptions opt_;
   std::mt19937_64 rng_;
-  Clock::time_point epoch_;
-  mutable std::recursive_mutex mu_;
-  double now_ = 0;
+  const Clock::time_point& epoch_;
+  std::recursive_mutex& mu_;
+  double& now_;
   std::vector<std::unique_ptr<SimStream>> streams_;
   std::vector<Running> running_;
-  std::multimap<std::pair<double, int64_t>, std::function<void()>> timers_;
-  int64_t timer_seq_ = 0;
   std::vector<SimSpan> schedule_;
   mutable std::map<std::pair<const RecModel*, int64_t>, std::vector<OpNode>> graphs_;
   std::exception_ptr error_;
