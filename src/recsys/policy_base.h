@@ -98,6 +98,11 @@ class PolicyBase : public ServingPolicy {
     int64_t row = 0;
     for (auto& r : job.requests) {
       if (err) {
+        if (r->meta.on_complete) {
+          Response failed;
+          failed.id = r->id;
+          r->meta.on_complete(failed, err);
+        }
         r->promise.set_exception(err);
         continue;
       }
@@ -109,6 +114,7 @@ class PolicyBase : public ServingPolicy {
       resp.service_s = seconds(end - job.start);
       resp.latency_s = seconds(end - r->arrival);
       resp.batch_rows = job.inputs->rows;
+      if (r->meta.on_complete) r->meta.on_complete(resp, nullptr);
       r->promise.set_value(std::move(resp));
     }
   }

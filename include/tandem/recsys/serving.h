@@ -53,6 +53,9 @@ struct Response {
   std::vector<float> scores;
   double queue_s = 0, service_s = 0, latency_s = 0;
   int64_t batch_rows = 0;  // rows of the launch this query ran in
+  // The query rows the scores belong to, in score order (a pipeline's kept candidates); empty: all
+  // rows in order.
+  std::vector<int64_t> rows;
 };
 
 // Per request (Triton-compatible semantics, the recsys spec §2.2): business priority, 1 highest;
@@ -60,6 +63,11 @@ struct Response {
 struct RequestMeta {
   int64_t priority = 1;
   double sla_ms = 0;
+  // Called once when the query is answered, just before its future becomes ready, on the thread
+  // that completes it (on a SimExecutor: inside the simulation, at the simulated completion time):
+  // with the response, or with the error (then only r.id is set). Must not throw; it may submit
+  // more queries (a pipeline's next stage). Every registered policy calls it.
+  std::function<void(const Response& r, std::exception_ptr error)> on_complete;
 };
 
 struct PolicyOptions {
