@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "rec_options.h"
+#include "rec_pipeline.h"
 #include "report.h"
 #include "tandem/core/allocator.h"
 #include "tandem/core/backend.h"
@@ -63,6 +64,8 @@ struct RecServeOptions {
   std::string size_quantiles;
   std::string device = "cpu";
   std::string device_profile;  // a `tandem profile` JSON file; empty: measure this machine
+  std::string pipeline;        // a multi-stage pipeline instead of --model ("recflow")
+  std::string recflow_stats = "configs/recsys/recflow-stats.json";
   double size_sd = 4;
   int clients = 1;
   int threads = 0;
@@ -85,32 +88,6 @@ struct RecServeOptions {
   bool ltp = false;
 };
 
-// Highest Poisson rate (queries/s) whose p99 stays within sla_ms, by bisection on a simulated
-// device (each probe a fresh executor and policy, so probes do not disturb each other).
-nlohmann::json latency_bounded_throughput(
-    const rec::RecModel& model, const rec::SimDevice& dev, const rec::SimOptions& so,
-    const rec::PolicyOptions& po, const std::vector<std::shared_ptr<const rec::QueryInputs>>& pool,
-    const rec::LoadOptions& base) {
-  using namespace tandem::rec;
-  auto p99_at = [&](double rate) {
-    SimExecutor ex(dev, so);
-    auto policy = make_policy(model, ex, po);
-    LoadOptions lo = base;
-    lo.rate_qps = rate;
-    const LoadStats s = run_sim_load(*policy, ex, pool, lo);
-    return s.dropped > 0 || s.rejected > 0 || s.timed_out > 0 || s.completed == 0
-               ? 1e30
-               : s.latency_ms.p99;
-  };
-  double lo = 0, hi = 100;
-  while (p99_at(hi) <= po.sla_ms && hi < 1e7) lo = hi, hi *= 4;
-  for (int i = 0; i < 12 && hi - lo > 0.01 * hi; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (p99_at(mid) <= po.sla_ms ? lo : hi) = mid;
-  }
-  return {{"qps", lo}, {"sla_ms", po.sla_ms}, {"p99_ms_at_qps", lo > 0 ? p99_at(lo) : 0.0}};
-}
-
 // Mean simulated milliseconds per query spent in lookup ops (embedding) and in the rest (dense),
 // from the simulator's schedule (sim:... devices elide copies).
 nlohmann::json phase_breakdown(const rec::RecModel& model, const rec::SimExecutor& ex) {
@@ -127,8 +104,25 @@ nlohmann::json phase_breakdown(const rec::RecModel& model, const rec::SimExecuto
   return {{"embedding", 1e-3 * emb / n}, {"dense", 1e-3 * dense / n}, {"copies", 0.0}};
 }
 
+int run_pipeline(const RecServeOptions& o) {
+  RecPipelineRun r;
+  r.pipeline = o.pipeline;
+  r.stats_path = o.recflow_stats;
+  r.device = o.device;
+  r.output = o.output;
+  r.table_budget_mib = o.table_budget_mib;
+  r.pool = o.pool;
+  r.seed = o.seed;
+  r.jitter = o.jitter;
+  r.ltp = o.ltp;
+  r.po = o.po;
+  r.lo = load_options(o.clients, o.rate_qps, o.duration_s, o.warmup_s, o.seed, o.max_outstanding);
+  return run_rec_pipeline(r);
+}
+
 int run_rec_serve(const RecServeOptions& o) {
   using namespace tandem::rec;
+  if (!o.pipeline.empty()) return run_pipeline(o);
   if (o.threads > 0) set_cpu_num_threads(o.threads);
   ModelConfig cfg = zoo_config(o.model);
   if (!o.table_dtype.empty()) {
@@ -200,14 +194,9 @@ int run_rec_serve(const RecServeOptions& o) {
     throw InvalidArgument("--ltp searches on a simulated device only (--device sim:...)");
   LoadStats s;
   nlohmann::json sched;
-  LoadOptions lo;
-  lo.clients = o.clients;
-  lo.duration_s = o.duration_s;
-  lo.warmup_s = o.warmup_s;
-  lo.rate_qps = o.rate_qps;
-  lo.max_outstanding = o.max_outstanding;
+  LoadOptions lo =
+      load_options(o.clients, o.rate_qps, o.duration_s, o.warmup_s, o.seed, o.max_outstanding);
   lo.priorities = o.priorities;
-  lo.seed = o.seed;
   // Host bytes allocated during the load above what was live before it (intermediate outputs,
   // inputs, pool blocks): the CPU allocator's own counters.
   Allocator& host = allocator(Device::cpu());
@@ -222,7 +211,9 @@ int run_rec_serve(const RecServeOptions& o) {
   const int64_t host_peak = host.stats().peak_bytes - host_before;
   ex.synchronize();
   nlohmann::json ltp;
-  if (o.ltp) ltp = latency_bounded_throughput(model, sim_dev, sim_opt, po, pool, lo);
+  if (o.ltp)
+    ltp = latency_bounded_throughput([&](SimExecutor& e) { return make_policy(model, e, po); },
+                                     sim_dev, sim_opt, po.sla_ms, pool, lo);
   nlohmann::json breakdown;
   if (simulated) breakdown = phase_breakdown(model, static_cast<SimExecutor&>(ex));
   if (!o.trace.empty()) tracer.write(o.trace);
@@ -374,6 +365,14 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--ltp", o->ltp,
                 "sim: also search the latency-bounded throughput (p99 <= --sla-ms), open loop");
+  sub->add_option("--pipeline", o->pipeline,
+                  "Serve a multi-stage pipeline instead of one model: recflow (retrieval -> "
+                  "pre-rank -> coarse -> rank -> re-rank; --policy runs every stage, --sla-ms is "
+                  "end to end, --table-budget holds all stages' tables, --pool requests)")
+      ->check(CLI::IsMember({"recflow"}));
+  sub->add_option("--recflow-stats", o->recflow_stats,
+                  "--pipeline recflow: the statistics file of the requests and stages")
+      ->capture_default_str();
   sub->add_option("--device-profile", o->device_profile,
                   "DeviceProfile JSON of the device (as `tandem profile` writes it) that prices "
                   "the nodes; default: measure this machine's peaks once (about a second)")

@@ -120,12 +120,7 @@ int run_rec_tune(const RecTuneOptions& o) {
     if (simulated) return std::make_unique<SimExecutor>(sim_dev, sim_opt);
     return std::make_unique<CpuExecutor>(measured_profile(Device::cpu()));
   };
-  LoadOptions lo;
-  lo.clients = o.clients;
-  lo.rate_qps = o.rate_qps;
-  lo.duration_s = o.duration_s;
-  lo.warmup_s = o.warmup_s;
-  lo.seed = o.seed;
+  const LoadOptions lo = load_options(o.clients, o.rate_qps, o.duration_s, o.warmup_s, o.seed);
 
   std::vector<Measured> runs;
   for (const StreamConfig& c : stream_config_space()) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Options the recsys commands share (rec-serve, rec-tune): the query-size distribution of the
-// workload kit (tandem/recsys/workload.h), bound to the caller's fields, and applied to a workload.
+// workload kit (tandem/recsys/workload.h), bound to the caller's fields, and applied to a workload;
+// and the latency-bounded throughput search on a simulated device.
 //
 //   add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd, o->size_quantiles);
 //   set_query_sizes(w.size, o.size_dist, o.size_sd, o.size_quantiles);
@@ -8,9 +9,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
+#include "tandem/recsys/serving.h"
+#include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
 
 namespace tandem::cli {
@@ -38,6 +44,47 @@ inline void set_query_sizes(rec::QuerySizeOptions& s, const std::string& size_di
   s.dist = rec::parse_size_dist(size_dist);
   s.stddev = size_sd;
   if (!size_quantiles.empty()) rec::use_size_quantiles(s, rec::read_size_quantiles(size_quantiles));
+}
+
+// The load of --clients / --rate / --duration / --warmup / --seed (and --max-outstanding).
+inline rec::LoadOptions load_options(int clients, double rate_qps, double duration_s,
+                                     double warmup_s, uint64_t seed,
+                                     int64_t max_outstanding = rec::LoadOptions{}.max_outstanding) {
+  rec::LoadOptions lo;
+  lo.clients = clients;
+  lo.rate_qps = rate_qps;
+  lo.duration_s = duration_s;
+  lo.warmup_s = warmup_s;
+  lo.seed = seed;
+  lo.max_outstanding = max_outstanding;
+  return lo;
+}
+
+// Highest Poisson rate (queries/s) whose p99 stays within sla_ms, by bisection on a simulated
+// device (each probe a fresh executor and a fresh policy from `make`, so probes do not disturb each
+// other): {qps, sla_ms, p99_ms_at_qps}.
+inline nlohmann::json latency_bounded_throughput(
+    const std::function<std::unique_ptr<rec::ServingPolicy>(rec::SimExecutor&)>& make,
+    const rec::SimDevice& dev, const rec::SimOptions& so, double sla_ms,
+    const std::vector<std::shared_ptr<const rec::QueryInputs>>& pool,
+    const rec::LoadOptions& base) {
+  auto p99_at = [&](double rate) {
+    rec::SimExecutor ex(dev, so);
+    auto policy = make(ex);
+    rec::LoadOptions lo = base;
+    lo.rate_qps = rate;
+    const rec::LoadStats s = run_sim_load(*policy, ex, pool, lo);
+    return s.dropped > 0 || s.rejected > 0 || s.timed_out > 0 || s.completed == 0
+               ? 1e30
+               : s.latency_ms.p99;
+  };
+  double lo = 0, hi = 100;
+  while (p99_at(hi) <= sla_ms && hi < 1e7) lo = hi, hi *= 4;
+  for (int i = 0; i < 12 && hi - lo > 0.01 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (p99_at(mid) <= sla_ms ? lo : hi) = mid;
+  }
+  return {{"qps", lo}, {"sla_ms", sla_ms}, {"p99_ms_at_qps", lo > 0 ? p99_at(lo) : 0.0}};
 }
 
 }  // namespace tandem::cli

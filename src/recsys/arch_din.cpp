@@ -13,52 +13,6 @@ namespace {
 
 using namespace parts;
 
-// "cand" [rows, di]: the candidate item's embedding.
-int candidate(RecModel::Impl& m) {
-  const std::vector<TableConfig> itc = m.cfg.item_tables;
-  const int64_t di = m.cfg.item_dim(), item_bytes = item_row_bytes(m.cfg);
-  RecModel::Impl* self = &m;
-  NodeDef n = node("cand", "emb_gather");
-  n.cost = [di, item_bytes](int64_t q) {
-    return io_node("cand", "emb_gather", 0, double(q * item_bytes), double(q * di * kF),
-                   Shape{q, di});
-  };
-  n.run = [self, itc, di](const QueryState& st, int mt) {
-    const int64_t rows = rows_of(st);
-    Tensor out = node_output({rows, di});
-    gather_items(self->item_tables, itc, st.inputs->item_ids, rows, out.data<float>(), di, mt);
-    return out;
-  };
-  n.run_dev = [self, itc](const QueryState& st, Stream* strm) {
-    return dev_gather_items(self->dev_item_tables, itc, st.inputs->item_ids, rows_of(st), strm);
-  };
-  return m.add(std::move(n));
-}
-
-// "seq" [rows, L, di]: the behaviours' embeddings.
-int behaviours(RecModel::Impl& m) {
-  const std::vector<TableConfig> itc = m.cfg.item_tables;
-  const int64_t di = m.cfg.item_dim(), L = m.cfg.seq_len, item_bytes = item_row_bytes(m.cfg);
-  RecModel::Impl* self = &m;
-  NodeDef n = node("seq", "emb_gather");
-  n.cost = [di, L, item_bytes](int64_t q) {
-    return io_node("seq", "emb_gather", 0, double(q * L * item_bytes), double(q * L * di * kF),
-                   Shape{q, L, di});
-  };
-  n.run = [self, itc, di, L](const QueryState& st, int mt) {
-    const int64_t rows = rows_of(st);
-    Tensor out = node_output({rows, L, di});
-    gather_items(self->item_tables, itc, st.inputs->seq_ids, rows * L, out.data<float>(), di, mt);
-    return out;
-  };
-  n.run_dev = [self, itc, di, L](const QueryState& st, Stream* strm) {
-    const int64_t rows = rows_of(st);
-    return dev_gather_items(self->dev_item_tables, itc, st.inputs->seq_ids, rows * L, strm)
-        .reshape({rows, L, di});
-  };
-  return m.add(std::move(n));
-}
-
 // "att_in" [rows * L, 4 di]: [s_l, c, s_l - c, s_l * c] per behaviour.
 int attention_input(RecModel::Impl& m, int snode, int cnode) {
   const int64_t di = m.cfg.item_dim(), L = m.cfg.seq_len;
@@ -152,8 +106,8 @@ void build_din(RecModel::Impl& m) {
   const ModelConfig& c = m.cfg;
   const int64_t di = c.item_dim();
   std::vector<int> ins = user_front(m);
-  const int cnode = candidate(m);
-  const int snode = behaviours(m);
+  const int cnode = candidate_items(m);
+  const int snode = behaviour_items(m);
   const int ain = attention_input(m, snode, cnode);
   const int score = mlp(m, "att", ain, 4 * di, attention_widths(c), false, c.seq_len);
   ins.push_back(attention_pool(m, score, snode));

@@ -39,4 +39,31 @@ void add_mlp_weights(std::vector<WeightSpec>& out, const std::string& prefix, in
   }
 }
 
+void read_block(const detail::JsonField& f, int64_t embedding_dim, ModelConfig& c) {
+  read_sequence(f, embedding_dim, c);
+  c.heads = bounded(f.at("heads"), 1024);
+  c.ffn_dim = bounded(f.at("ffn_dim"), kMaxWidth);
+  if (c.item_dim() % c.heads != 0)
+    f.at("heads").fail(
+        cat("the item width ", c.item_dim(), " is not a multiple of ", c.heads, " heads"));
+}
+
+void write_block(const ModelConfig& c, nlohmann::json& j) {
+  write_sequence(c, j);
+  j["heads"] = c.heads;
+  j["ffn_dim"] = c.ffn_dim;
+}
+
+void add_block_weights(std::vector<WeightSpec>& out, int64_t di, int64_t ffn_dim) {
+  add_mlp_weights(out, "attn.in_proj", di, {3 * di});
+  const float s = 1.0f / std::sqrt(static_cast<float>(di));
+  out.push_back({"attn.out_proj.weight", Shape{di, di}, s, 0.0f});
+  out.push_back({"attn.out_proj.bias", Shape{di}, s, 0.0f});
+  for (const char* ln : {"ln1", "ln2"}) {
+    out.push_back({cat(ln, ".weight"), Shape{di}, 0.1f, 1.0f});
+    out.push_back({cat(ln, ".bias"), Shape{di}, 0.1f, 0.0f});
+  }
+  add_mlp_weights(out, "ffn", di, {ffn_dim, di});
+}
+
 }  // namespace tandem::rec

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The registry of recommendation architectures (DLRM, Wide&Deep, DIN, BST): everything that
-// differs between them lives in one Architecture entry, registered by the file that implements it
-// (arch_dlrm.cpp, arch_wnd.cpp, arch_din.cpp, arch_bst.cpp), and the config reader, weight
-// generator, input validation and graph builder look the entry up by the model's kind instead of
-// branching on it.
+// The registry of recommendation architectures (DLRM, Wide&Deep, DIN, BST, SASRec, DSSM):
+// everything that differs between them lives in one Architecture entry, registered by the file that
+// implements it (arch_dlrm.cpp, arch_wnd.cpp, arch_din.cpp, arch_bst.cpp, ...), and the config
+// reader, weight generator, input validation and graph builder look the entry up by the model's
+// kind instead of branching on it.
 //
 //   const Architecture& a = architecture(cfg.kind);
 //   a.build(impl);                                      // adds the model's op nodes
@@ -48,8 +48,8 @@ struct Architecture {
 };
 
 // The keys of a model object that belong to some architectures only.
-inline const std::vector<std::string> kKindKeys = {"interaction",   "item_tables", "seq_len",
-                                                   "attention_mlp", "heads",       "ffn_dim"};
+inline const std::vector<std::string> kKindKeys = {
+    "interaction", "item_tables", "seq_len", "attention_mlp", "heads", "ffn_dim", "tower_mlp"};
 
 // name (to_string(kind)) -> architecture.
 Registry<std::shared_ptr<const Architecture>>& architectures();
@@ -74,5 +74,11 @@ void write_sequence(const ModelConfig& c, nlohmann::json& j);
 // A tower of linear layers "prefix.i" (weights [w_i, in], biases [w_i]) from width `in`.
 void add_mlp_weights(std::vector<WeightSpec>& out, const std::string& prefix, int64_t in,
                      const std::vector<int64_t>& widths);
+// BST and SASRec: the sequence keys plus heads and ffn_dim (the item width a multiple of heads).
+void read_block(const detail::JsonField& model, int64_t embedding_dim, ModelConfig& c);
+void write_block(const ModelConfig& c, nlohmann::json& j);
+// The weights of parts::transformer_block over items of width di: attn.in_proj, attn.out_proj,
+// ln1, ln2, ffn.
+void add_block_weights(std::vector<WeightSpec>& out, int64_t di, int64_t ffn_dim);
 
 }  // namespace tandem::rec

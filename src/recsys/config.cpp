@@ -24,6 +24,10 @@ const char* to_string(ModelKind k) {
       return "din";
     case ModelKind::kBst:
       return "bst";
+    case ModelKind::kSasrec:
+      return "sasrec";
+    case ModelKind::kDssm:
+      return "dssm";
   }
   return "?";
 }
@@ -190,8 +194,8 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& name,
   const JsonField f(j, source, path);
   f.expect_object({"kind", "description", "dense_features", "bottom_mlp", "top_mlp",
                    "embedding_dim", "pooling", "pooling_mode", "interaction", "tables",
-                   "item_tables", "seq_len", "attention_mlp", "heads", "ffn_dim", "query_size",
-                   "seed", "table_dtype"});
+                   "item_tables", "seq_len", "attention_mlp", "heads", "ffn_dim", "tower_mlp",
+                   "query_size", "seed", "table_dtype"});
   ModelConfig c;
   c.name = name;
   const std::shared_ptr<const Architecture> arch = read_kind(f.at("kind"));

@@ -302,8 +302,9 @@ std::vector<float> RecModel::scores(const QueryState& st) const {
   return std::vector<float>(p, p + t.numel());
 }
 
-void RecModel::validate(const QueryInputs& in) const {
-  const ModelConfig& c = impl_->cfg;
+void RecModel::validate(const QueryInputs& in) const { validate_query(impl_->cfg, in); }
+
+void validate_query(const ModelConfig& c, const QueryInputs& in) {
   auto bad = [&](const std::string& what) {
     return InvalidArgument(cat("query for model '", c.name, "': ", what));
   };

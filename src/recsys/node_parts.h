@@ -44,5 +44,28 @@ int concat(RecModel::Impl& m, const std::string& name, const std::vector<int>& i
 int sigmoid_out(RecModel::Impl& m, const std::vector<int>& inputs);
 // The user side of a sequence model: the dense input (when it has dense features), then the bags.
 std::vector<int> user_front(RecModel::Impl& m);
+// "cand" [rows, di]: each row's candidate item, the concatenation over the item tables.
+int candidate_items(RecModel::Impl& m);
+// "seq" [rows, L, di]: each row's L behaviours from the item tables.
+int behaviour_items(RecModel::Impl& m);
+// "name" [rows, width] = a * b elementwise (two [rows, width] nodes).
+int product(RecModel::Impl& m, const std::string& name, int a, int b, int64_t width);
+
+// ---- the transformer block of BST and SASRec.
+// "seq" [rows, T, di]: each row's behaviours (then its candidate when candidate_last: T = L + 1,
+// else T = L) from the item tables, plus the position embedding "pos_emb" [T, di].
+int item_sequence(RecModel::Impl& m, bool candidate_last);
+// "mha" [rows * T, di]: multi-head self-attention (cfg.heads) of each row's T positions, not
+// causal, from "qkv" [rows * T, 3 di].
+int self_attention(RecModel::Impl& m, int qkv, int64_t T);
+// "name" = in_node W^T + b + res_node (weights wname.weight, wname.bias), over T rows per row.
+int residual_linear(RecModel::Impl& m, const std::string& name, const std::string& wname,
+                    int in_node, int res_node, int64_t in, int64_t out, int64_t T);
+// "name" [rows * T, di]: layer norm of each position (weights name.weight, name.bias).
+int norm(RecModel::Impl& m, const std::string& name, int in_node, int64_t T);
+// One post-LN block over x [rows, T, di]: H = LN1(X + MHA(X)), Y = LN2(H + W2 ReLU(W1 H)) (nodes
+// qkv, mha, attn_out, ln1, ffn.0, ffn_out, ln2; weights as add_block_weights lists them); returns
+// "ln2" [rows * T, di].
+int transformer_block(RecModel::Impl& m, int x, int64_t T);
 
 }  // namespace tandem::rec::parts

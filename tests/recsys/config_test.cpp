@@ -97,9 +97,11 @@ TEST(RecConfig, FitTablesScalesDownToTheBudget) {
 }
 
 TEST(RecConfig, RoundTripsThroughJson) {
-  const ModelConfig a = zoo_config("tiny-din");
-  const ModelConfig b = parse_model_config(a.to_json(), a.name);
-  EXPECT_EQ(b.to_json(), a.to_json());
+  for (const char* name : {"tiny-din", "tiny-sasrec", "tiny-dssm", "recflow-din"}) {
+    const ModelConfig a = zoo_config(name);
+    const ModelConfig b = parse_model_config(a.to_json(), a.name);
+    EXPECT_EQ(b.to_json(), a.to_json()) << name;
+  }
 }
 
 TEST(RecConfig, RejectsBadConfigsNamingThePath) {
@@ -129,7 +131,9 @@ TEST(RecConfig, RejectsBadConfigsNamingThePath) {
   EXPECT_NE(error_of(j).find("models.m.kind: unknown model kind 'xgboost'"), std::string::npos);
   j = base_dlrm();
   j["seq_len"] = 4;
-  EXPECT_NE(error_of(j).find("only DIN and BST models have 'seq_len'"), std::string::npos);
+  EXPECT_NE(error_of(j).find("only DIN, BST, SASRec and DSSM models have 'seq_len'"),
+            std::string::npos)
+      << error_of(j);
   j = base_dlrm();
   j["table_dtype"] = "q4_0";
   EXPECT_NE(error_of(j).find("unsupported table dtype 'q4_0'"), std::string::npos);
@@ -138,6 +142,18 @@ TEST(RecConfig, RejectsBadConfigsNamingThePath) {
   EXPECT_NE(error_of(b).find("models.m.heads: the item width 8 is not a multiple of 5 heads"),
             std::string::npos)
       << error_of(b);
+  auto sas = nlohmann::json::parse(builtin_zoo_json())["models"]["tiny-sasrec"];
+  sas["tables"] = {{{"rows", 5}}};
+  EXPECT_NE(error_of(sas).find("models.m.tables: SASRec reads only the behaviour sequence"),
+            std::string::npos)
+      << error_of(sas);
+  auto dssm = nlohmann::json::parse(builtin_zoo_json())["models"]["tiny-dssm"];
+  dssm.erase("tower_mlp");
+  EXPECT_NE(error_of(dssm).find("models.m: missing required key 'tower_mlp'"), std::string::npos)
+      << error_of(dssm);
+  dssm["tower_mlp"] = nlohmann::json::array();
+  EXPECT_NE(error_of(dssm).find("models.m.tower_mlp: need at least one layer"), std::string::npos)
+      << error_of(dssm);
 }
 
 TEST(RecConfig, UnknownModelAndMissingFile) {

@@ -7,7 +7,7 @@
 //
 // TANDEM_REC_PRINT_GOLDEN=1 prints the current digests and scores (to re-record after an intended
 // change), plus a digest of the scores' exact bits, which is the same before and after a pure
-// refactor on one machine.
+// refactor on one machine. SASRec and DSSM were recorded when they were added.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -120,6 +120,14 @@ std::vector<Golden> goldens() {
        variant("tiny-bst", DType::kI8),
        0xbce85aabfcfd22f4ull,
        {0.601963341f, 0.610876262f, 0.596192956f, 0.607843161f, 0.607635677f}},
+      {"tiny-sasrec",
+       zoo_config("tiny-sasrec"),
+       0xc8b1856c822c1243ull,
+       {0.486881852f, 0.584107876f, 0.476725787f, 0.420590401f, 0.573283374f}},
+      {"tiny-dssm-f16",
+       variant("tiny-dssm", DType::kF16),
+       0x765036edf0098b8full,
+       {0.520337641f, 0.533047795f, 0.527158558f, 0.533780932f, 0.534331441f}},
       {"rm2-small",
        rm2,
        0x3947e9ae615c6387ull,

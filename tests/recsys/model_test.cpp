@@ -71,6 +71,25 @@ TEST(RecModel, SequenceModelGraphs) {
   for (const char* n : {"seq", "qkv", "mha", "attn_out", "ln1", "ffn.0", "ffn_out", "ln2"})
     EXPECT_GE(h.find(n), 0) << n;
   EXPECT_EQ(h.node("mha").kind, "attention");
+  // SASRec: the block over the L behaviours only, the last position as the user vector.
+  const RecModel sas = RecModel::generate(zoo_config("tiny-sasrec"));
+  const Graph s = sas.graph(3, test_cpu_profile());
+  const int64_t L = sas.config().seq_len, di = sas.config().item_dim();
+  EXPECT_EQ(s.node("seq").output_shapes[0], (Shape{3, L, di}));
+  EXPECT_EQ(s.node("ln2").output_shapes[0], (Shape{3 * L, di}));
+  EXPECT_EQ(s.node("user").output_shapes[0], (Shape{3, di}));
+  EXPECT_EQ(s.node("cand").output_shapes[0], (Shape{3, di}));
+  EXPECT_EQ(s.node("match").output_shapes[0], (Shape{3, di}));
+  EXPECT_EQ(s.node("out").output_shapes[0], (Shape{3, 1}));
+  // DSSM: two towers meeting in one product.
+  const RecModel dssm = RecModel::generate(zoo_config("tiny-dssm"));
+  const Graph d = dssm.graph(4, test_cpu_profile());
+  const int64_t tw = dssm.config().tower_mlp.back();
+  EXPECT_EQ(d.node("seq_mean").output_shapes[0], (Shape{4, dssm.config().item_dim()}));
+  EXPECT_EQ(d.node("user_tower.1").output_shapes[0], (Shape{4, tw}));
+  EXPECT_EQ(d.node("item_tower.1").output_shapes[0], (Shape{4, tw}));
+  EXPECT_EQ(d.node("match").output_shapes[0], (Shape{4, tw}));
+  EXPECT_EQ(d.node("out").output_shapes[0], (Shape{4, 1}));
 }
 
 TEST(RecModel, WeightsRoundTripThroughSafetensors) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Recommendation-model configurations: what a DLRM, Wide&Deep, DIN or BST model looks like (MLP
+// Recommendation-model configurations: what a DLRM, Wide&Deep, DIN, BST, SASRec or DSSM model looks
+// like (MLP
 // widths, embedding tables, interaction, behaviour sequence), read from JSON with strict checks.
 //
 // The model zoo (configs/recsys/zoo.json, also compiled into the library) holds the DeepRecSys /
@@ -31,11 +32,11 @@ namespace tandem::rec {
 
 // One value per architecture; each is implemented by one entry of the library's architecture
 // registry (src/recsys/architecture.h), found by its to_string name.
-enum class ModelKind { kDlrm, kWnd, kDin, kBst };
+enum class ModelKind { kDlrm, kWnd, kDin, kBst, kSasrec, kDssm };
 enum class Interaction { kDot, kCat };
 enum class Pooling { kSum, kMean };
 
-TANDEM_API const char* to_string(ModelKind k);    // "dlrm", "wnd", "din", "bst"
+TANDEM_API const char* to_string(ModelKind k);    // "dlrm", "wnd", "din", "bst", "sasrec", "dssm"
 TANDEM_API const char* to_string(Interaction i);  // "dot", "cat"
 TANDEM_API const char* to_string(Pooling p);      // "sum", "mean"
 
@@ -63,8 +64,9 @@ struct TANDEM_API ModelConfig {
   std::vector<TableConfig> item_tables;
   int64_t seq_len = 0;                 // behaviours per query row
   std::vector<int64_t> attention_mlp;  // DIN: hidden widths of the attention unit (output 1 added)
-  int64_t heads = 0;                   // BST: attention heads (item width % heads == 0)
-  int64_t ffn_dim = 0;                 // BST: feed-forward hidden width
+  int64_t heads = 0;                   // BST, SASRec: attention heads (item width % heads == 0)
+  int64_t ffn_dim = 0;                 // BST, SASRec: feed-forward hidden width
+  std::vector<int64_t> tower_mlp;      // DSSM: widths of the user tower and of the item tower
   int64_t query_size = 128;            // default candidates per query
   uint64_t seed = 1;                   // weight generator seed
   std::string description;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Recommendation models (DLRM, Wide&Deep, DIN, BST) as op graphs whose nodes are the scheduler's
-// units.
+// Recommendation models (DLRM, Wide&Deep, DIN, BST, SASRec, DSSM) as op graphs whose nodes are
+// the scheduler's units.
 //
 // A RecModel is built from a ModelConfig (config.h) with generated weights (weights.h) or weights
 // loaded from a safetensors file. Its graph() is a tandem::Graph: one node per embedding bag, per
@@ -25,6 +25,10 @@
 //   BST   X = [s_1..s_L, c] + pos (L+1 rows of width d); one post-LN transformer block:
 //         H = LN1(X + MHA(X)), Y = LN2(H + W2 ReLU(W1 H)); logit = top([dense, user bags,
 //         flatten(Y)]).
+//   SASRec X = [s_1..s_L] + pos; the same block; u = Y[L] (the last position); logit = top(u * c)
+//         (* elementwise; top_mlp [1] is a weighted inner product).
+//   DSSM  u = user_tower([dense, user bags, mean_l s_l]), v = item_tower(c) (tower_mlp widths,
+//         hidden ReLU, last linear); logit = top(u * v).
 //
 //   auto m = tandem::rec::RecModel::generate(tandem::rec::zoo_config("tiny-dlrm"));
 //   tandem::rec::QueryInputs q = ...;               // workload.h makes these
@@ -150,7 +154,7 @@ class TANDEM_API RecModel {
   // The scores of the last node (rows values). Synchronizes st.stream first when it is set;
   // copies them from a device.
   std::vector<float> scores(const QueryState& st) const;
-  // Checks the inputs against the config (sizes, id ranges); InvalidArgument naming the table.
+  // validate_query(config(), in).
   void validate(const QueryInputs& in) const;
   std::vector<float> forward(const QueryInputs& in) const;
 
@@ -182,5 +186,8 @@ class TANDEM_API RecModel {
   explicit RecModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Checks a query against a config (sizes, id ranges); InvalidArgument naming the model and table.
+TANDEM_API void validate_query(const ModelConfig& cfg, const QueryInputs& in);
 
 }  // namespace tandem::rec

@@ -54,6 +54,9 @@ struct Response {
   std::vector<float> scores;
   double queue_s = 0, service_s = 0, latency_s = 0;
   int64_t batch_rows = 0;  // rows of the launch this query ran in
+  // The query rows the scores belong to, in score order (a pipeline's kept candidates); empty: all
+  // rows in order.
+  std::vector<int64_t> rows;
 };
 
 // Called once when a request is answered (`response` set) or failed (`error` set), on the thread
