@@ -75,7 +75,8 @@ Tensor random_kquant(int64_t rows, int64_t cols, DType dtype, uint64_t seed) {
   auto* p = static_cast<uint8_t*>(t.raw_data());
   for (int64_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng() >> 56);
   const int64_t bb = dtype_block_bytes(dtype);
-  const uint16_t d = f32_to_f16(dtype == DType::kQ4_K ? 0.004f : 0.0005f), dmin = f32_to_f16(0.002f);
+  const uint16_t d = f32_to_f16(dtype == DType::kQ4_K ? 0.004f : 0.0005f),
+                 dmin = f32_to_f16(0.002f);
   for (int64_t b = 0; b < t.nbytes() / bb; ++b) {
     uint8_t* blk = p + b * bb;
     if (dtype == DType::kQ4_K) {

@@ -49,7 +49,7 @@ constexpr int64_t kCodesAt = F == Fmt::kQ4_1 ? 4 : 2;
 TANDEM_VNNI_TARGET inline float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
+  return f16_value(h);
 }
 
 // The unsigned codes of two blocks (b0, b1) in x order: 64 bytes.
@@ -248,11 +248,6 @@ TANDEM_VNNI_TARGET inline void pass(const QuantizedRow& x, const uint8_t* w, int
 // without it 14-18 GB/s, 11 on the q8_0 output head; the best distance was 4-6 passes for K = 576
 // q4_1 (1440-byte passes), 2-3 for K = 1536 and the head (3840 / 2448), so about 7 KiB for all.
 constexpr int64_t kAheadBytes = 7 << 10;
-
-TANDEM_VNNI_TARGET inline void prefetch_range(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
-}
 
 template <Fmt F>
 TANDEM_VNNI_TARGET void gemv_fmt(const QuantizedRow& x, const uint8_t* w, int64_t rb, int64_t n0,

@@ -21,8 +21,6 @@ namespace tandem::cpu::fast {
 #if defined(__x86_64__)
 namespace {
 
-TANDEM_VNNI_TARGET inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
 TANDEM_VNNI_TARGET inline float sum8(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -60,9 +58,9 @@ TANDEM_VNNI_TARGET float dot_q4k(const BlockQ4K* b, int64_t blocks, const Quanti
     __m256 sc, mn;
     q4k_scales_mins(blk.scales, &sc, &mn);
     const __m256 dx = _mm256_loadu_ps(x.d.data() + s * 8);
-    const __m512 scale =
-        _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(sc, _mm256_set1_ps(f16(blk.d))), dx));
-    mins = _mm256_fmadd_ps(_mm256_mul_ps(mn, _mm256_set1_ps(f16(blk.dmin))),
+    const __m512 scale = _mm512_castps256_ps512(
+        _mm256_mul_ps(_mm256_mul_ps(sc, _mm256_set1_ps(f16_value(blk.d))), dx));
+    mins = _mm256_fmadd_ps(_mm256_mul_ps(mn, _mm256_set1_ps(f16_value(blk.dmin))),
                            _mm256_loadu_ps(x.s.data() + s * 8), mins);
     const int8_t* xq = x.q.data() + s * 256;
     for (int i = 0; i < 4; ++i) {  // 64 elements: sub-blocks 2i (low nibbles), 2i + 1 (high)
@@ -103,7 +101,7 @@ TANDEM_VNNI_TARGET float dot_q6k(const BlockQ6K* b, int64_t blocks, const Quanti
   __m512 acc = _mm512_setzero_ps();
   for (int64_t s = 0; s < blocks; ++s) {
     const BlockQ6K& blk = b[s];
-    const __m256 d = _mm256_set1_ps(f16(blk.d));
+    const __m256 d = _mm256_set1_ps(f16_value(blk.d));
     for (int h = 0; h < 2; ++h) {  // 128 elements each
       const int64_t e0 = s * 256 + h * 128;
       const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
@@ -134,11 +132,6 @@ TANDEM_VNNI_TARGET float dot_q6k(const BlockQ6K* b, int64_t blocks, const Quanti
   return _mm512_reduce_add_ps(acc);
 }
 
-TANDEM_VNNI_TARGET inline void prefetch_row(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
-}
-
 }  // namespace
 #endif
 
@@ -151,9 +144,9 @@ void gemv_int8_kquant(DType t, const QuantizedRow& x, const uint8_t* w, int64_t 
     if (t == DType::kQ6_K) offset_sums(x, x32);
     constexpr int64_t kAhead = 2;  // rows prefetched ahead of the one computed
     for (int64_t n = n0; n < std::min(n1, n0 + kAhead); ++n)
-      prefetch_row(w + n * row_bytes, row_bytes);
+      prefetch_range(w + n * row_bytes, row_bytes);
     for (int64_t n = n0; n < n1; ++n) {
-      if (n + kAhead < n1) prefetch_row(w + (n + kAhead) * row_bytes, row_bytes);
+      if (n + kAhead < n1) prefetch_range(w + (n + kAhead) * row_bytes, row_bytes);
       const uint8_t* row = w + n * row_bytes;
       const float v = t == DType::kQ4_K
                           ? dot_q4k(reinterpret_cast<const BlockQ4K*>(row), blocks, x)
