@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=${*:-json_inputs gguf tokenizer onnx_import sched_wire pipeline_plan kv_calibration recsys_config \
-  recsys_weights embedding_table}
+  recsys_weights embedding_table recflow_requests}
 build=${BUILD_DIR:-build-fuzz}
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=OFF \
   -DTANDEM_FUZZ=ON -DTANDEM_SANITIZE=address,undefined -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_EXAMPLES=OFF \
@@ -19,7 +19,8 @@ for target in $targets; do fuzz_binaries+=("${target}_fuzz"); done
 cmake --build "$build" -j "$(nproc)" --target "${fuzz_binaries[@]}"
 declare -A seeds=([json_inputs]=json [gguf]=gguf [tokenizer]=tokenizer [onnx_import]=onnx
   [sched_wire]=sched_wire [pipeline_plan]=pipeline_plan [kv_calibration]=kv_calibration
-  [recsys_config]=recsys_config [recsys_weights]=recsys_weights [embedding_table]=embedding_table)
+  [recsys_config]=recsys_config [recsys_weights]=recsys_weights [embedding_table]=embedding_table
+  [recflow_requests]=recflow_requests)
 for target in $targets; do
   corpus=$build/corpus-$target
   mkdir -p "$corpus"

@@ -66,6 +66,7 @@ struct RecServeOptions {
   std::string device_profile;  // a `tandem profile` JSON file; empty: measure this machine
   std::string pipeline;        // a multi-stage pipeline instead of --model ("recflow")
   std::string recflow_stats = "configs/recsys/recflow-stats.json";
+  std::string recflow_requests;  // real RecFlow requests (bench/recsys/recflow_convert.py)
   double size_sd = 4;
   int clients = 1;
   int threads = 0;
@@ -108,6 +109,7 @@ int run_pipeline(const RecServeOptions& o) {
   RecPipelineRun r;
   r.pipeline = o.pipeline;
   r.stats_path = o.recflow_stats;
+  r.requests_path = o.recflow_requests;
   r.device = o.device;
   r.output = o.output;
   r.table_budget_mib = o.table_budget_mib;
@@ -373,6 +375,10 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--recflow-stats", o->recflow_stats,
                   "--pipeline recflow: the statistics file of the requests and stages")
       ->capture_default_str();
+  sub->add_option("--recflow-requests", o->recflow_requests,
+                  "--pipeline recflow: serve real RecFlow requests from this file (a day converted "
+                  "by bench/recsys/recflow_convert.py) instead of generated ones; --pool of them")
+      ->check(CLI::ExistingFile);
   sub->add_option("--device-profile", o->device_profile,
                   "DeviceProfile JSON of the device (as `tandem profile` writes it) that prices "
                   "the nodes; default: measure this machine's peaks once (about a second)")

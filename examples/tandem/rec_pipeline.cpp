@@ -12,6 +12,7 @@
 #include "tandem/core/error.h"
 #include "tandem/recsys/pipeline.h"
 #include "tandem/recsys/recflow.h"
+#include "tandem/recsys/recflow_data.h"
 #include "tandem/recsys/sim_executor.h"
 
 namespace tandem::cli {
@@ -73,6 +74,34 @@ void print_table(const nlohmann::json& stages, const LoadStats& s, const nlohman
       "ones)\n");
 }
 
+struct RequestPool {
+  std::vector<std::shared_ptr<const QueryInputs>> pool;
+  std::string source;  // "generated" or the file's header source
+  int64_t folded = 0;  // real ids folded into smaller tables
+};
+
+// --pool requests: generated from the statistics, or the first ones of a converted RecFlow day.
+RequestPool make_requests(const RecPipelineRun& r, const RecFlowStats& stats,
+                          const ModelConfig& schema) {
+  RequestPool p;
+  if (r.requests_path.empty()) {
+    RecFlowRequests gen(schema, stats, r.seed);
+    for (int i = 0; i < r.pool; ++i)
+      p.pool.push_back(std::make_shared<QueryInputs>(gen.make(uint64_t(i))));
+    p.source = "generated from " + r.stats_path;
+    return p;
+  }
+  const RecFlowRequestFile file = read_recflow_requests(r.requests_path);
+  for (const auto& req : file.requests) {
+    if (int(p.pool.size()) == r.pool) break;
+    if (req.candidates.empty()) continue;
+    p.pool.push_back(std::make_shared<QueryInputs>(recflow_query(req, schema, &p.folded)));
+  }
+  if (p.pool.empty()) throw InvalidArgument(cat(r.requests_path, ": no request with candidates"));
+  p.source = cat(r.requests_path, " (", file.header.value("source", std::string("?")), ")");
+  return p;
+}
+
 }  // namespace
 
 int run_rec_pipeline(const RecPipelineRun& r) {
@@ -89,10 +118,8 @@ int run_rec_pipeline(const RecPipelineRun& r) {
   std::vector<PipelineStage> stages;
   for (size_t i = 0; i < stats.stages.size(); ++i)
     stages.push_back({stats.stages[i].name, &m.models[i], stats.stages[i].keep});
-  RecFlowRequests gen(m.schema, stats, r.seed);
-  std::vector<std::shared_ptr<const QueryInputs>> pool;
-  for (int i = 0; i < r.pool; ++i)
-    pool.push_back(std::make_shared<QueryInputs>(gen.make(uint64_t(i))));
+  const RequestPool requests = make_requests(r, stats, m.schema);
+  const auto& pool = requests.pool;
 
   PipelineOptions popt;
   popt.sla_ms = r.po.sla_ms;
@@ -126,6 +153,9 @@ int run_rec_pipeline(const RecPipelineRun& r) {
                          {{"pipeline", r.pipeline},
                           {"stats", r.stats_path},
                           {"stats_source", stats.source},
+                          {"requests", requests.source},
+                          {"requests_pooled", pool.size()},
+                          {"ids_folded", requests.folded},
                           {"dataset", stats.dataset},
                           {"policy", r.po.policy},
                           {"streams", r.po.streams},
@@ -143,8 +173,13 @@ int run_rec_pipeline(const RecPipelineRun& r) {
     if (!ltp.is_null()) j["results"]["latency_bounded_throughput"] = ltp;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("RecFlow pipeline on %s, policy %s per stage, tables %.4g x the zoo's\n\n",
+    std::printf("RecFlow pipeline on %s, policy %s per stage, tables %.4g x the zoo's\n",
                 r.device.c_str(), r.po.policy.c_str(), m.scale);
+    std::printf("requests: %zu, %s", pool.size(), requests.source.c_str());
+    if (requests.folded)
+      std::printf("; %lld ids past their (scaled) table folded modulo its rows",
+                  static_cast<long long>(requests.folded));
+    std::printf("\n\n");
     print_table(stage_stats, s, ltp, r.po.sla_ms);
   }
   return s.errors ? 1 : 0;

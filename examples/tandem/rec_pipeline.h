@@ -17,6 +17,7 @@ namespace tandem::cli {
 struct RecPipelineRun {
   std::string pipeline = "recflow";
   std::string stats_path;       // the RecFlow statistics file (recflow.h)
+  std::string requests_path;    // real requests (recflow_data.h); empty: generated from the stats
   std::string device = "cpu";   // cpu or sim:NAME
   std::string output = "md";    // md or json
   double table_budget_mib = 0;  // all stages' tables together
