@@ -161,8 +161,11 @@ std::vector<Tensor> Model::forward_batch(std::span<const SequenceChunk> chunks,
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-  const ops::GemmParams tb = decode_gemm_params(options.decode, t);
-  const ops::GemmParams tb_acc = decode_gemm_params(options.decode, t, 1.0f);  // x += a W^T
+  // A decode step (one token per sequence) takes the decode arithmetic for every row, so a sequence
+  // computes the same logits batched as alone; a step with a prefill chunk stays f32.
+  const bool decode_step = t == static_cast<int64_t>(chunks.size());
+  const ops::GemmParams tb = decode_gemm_params(options.decode, decode_step);
+  const ops::GemmParams tb_acc = decode_gemm_params(options.decode, decode_step, 1.0f);
   const ops::NormParams rms{.eps = c.rms_eps};
   const ops::NormParams ln{.eps = c.layer_norm_eps};
   const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};

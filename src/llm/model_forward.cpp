@@ -15,10 +15,10 @@ const char* decode_arithmetic_name(DecodeArithmetic a) {
   return a == DecodeArithmetic::kInt8 ? "int8" : "f32";
 }
 
-ops::GemmParams decode_gemm_params(DecodeArithmetic decode, int64_t tokens, float beta) {
+ops::GemmParams decode_gemm_params(DecodeArithmetic decode, bool decode_step, float beta) {
   return {.trans_b = true,
           .beta = beta,
-          .int8_activations = decode == DecodeArithmetic::kInt8 && tokens == 1};
+          .int8_activations = decode == DecodeArithmetic::kInt8 && decode_step};
 }
 
 Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> positions,
@@ -73,7 +73,7 @@ Tensor Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> 
   Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
   ops::rms_norm(last, output_norm_, normed, ops::NormParams{.eps = c.rms_eps});
   Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
-  ops::gemm(normed, output_, logits, decode_gemm_params(options.decode, t));
+  ops::gemm(normed, output_, logits, decode_gemm_params(options.decode, t == 1));
   return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 
@@ -95,8 +95,8 @@ void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> 
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
-  const ops::GemmParams tb = decode_gemm_params(decode, t);
-  const ops::GemmParams tb_acc = decode_gemm_params(decode, t, 1.0f);  // x += a W^T
+  const ops::GemmParams tb = decode_gemm_params(decode, t == 1);
+  const ops::GemmParams tb_acc = decode_gemm_params(decode, t == 1, 1.0f);  // x += a W^T
   const ops::NormParams norm{.eps = c.rms_eps};
   const ops::RopeParams rope{.theta = c.rope_theta, .rotary_dim = c.rope_dim, .neox = false};
 

@@ -84,7 +84,7 @@ Tensor Model::forward_layers(const Tensor& input, std::span<const int32_t> posit
   Tensor normed = Tensor::empty({rows, d}, DType::kF32, dev);
   ops::rms_norm(last, output_norm_, normed, ops::NormParams{.eps = c.rms_eps});
   Tensor logits = Tensor::empty({rows, c.vocab_size}, DType::kF32, dev);
-  ops::gemm(normed, output_, logits, decode_gemm_params(options.decode, t));
+  ops::gemm(normed, output_, logits, decode_gemm_params(options.decode, t == 1));
   return dev.is_cpu() ? logits : logits.to(Device::cpu());
 }
 

@@ -33,8 +33,9 @@ std::filesystem::path data_dir() {
   return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/llm") / "data";
 }
 
-// A tiny llama with quantized weights (as real files have); `yarn` turns on YaRN scaling.
-std::string write_llama(const TempDir& dir, bool yarn) {
+// A tiny llama with quantized weights (as real files have); `yarn` turns on YaRN scaling;
+// `int8_only` stores every layer matrix in a format of the int8 decode GEMV (no f16 / f32).
+std::string write_llama(const TempDir& dir, bool yarn, bool int8_only = false) {
   const int64_t hd = kDim / kHeads;
   GgufWriter w;
   w.set_string("general.architecture", "llama");
@@ -64,13 +65,13 @@ std::string write_llama(const TempDir& dir, bool yarn) {
     w.add_tensor(p + "ffn_norm.weight", tiny_tensor(p + "ffn_norm.weight", {kDim}, 0.2f, 1.0f));
     add("attn_q.weight", {kHeads * hd, kDim}, 0.3f, DType::kQ4_1);
     add("attn_k.weight", {kKv * hd, kDim}, 0.3f, DType::kQ8_0);
-    add("attn_v.weight", {kKv * hd, kDim}, 0.3f, DType::kF16);
+    add("attn_v.weight", {kKv * hd, kDim}, 0.3f, int8_only ? DType::kQ8_0 : DType::kF16);
     add("attn_output.weight", {kDim, kDim}, 0.2f, DType::kQ4_0);
     add("ffn_gate.weight", {kFf, kDim}, 0.3f, DType::kQ4_1);
     add("ffn_up.weight", {kFf, kDim}, 0.3f, DType::kQ4_1);
-    add("ffn_down.weight", {kDim, kFf}, 0.15f, DType::kF32);
+    add("ffn_down.weight", {kDim, kFf}, 0.15f, int8_only ? DType::kQ4_1 : DType::kF32);
   }
-  const std::string path = dir.file(yarn ? "yarn.gguf" : "llama.gguf");
+  const std::string path = dir.file(yarn ? "yarn.gguf" : (int8_only ? "int8.gguf" : "llama.gguf"));
   w.write(path);
   return path;
 }
@@ -98,9 +99,9 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Three sequences with different histories and chunk lengths (a long prefill, a short one, a
 // single decode token): batched logits equal one-by-one logits, for a prefill round and for a
-// decode round after it. Returns the worst difference seen. Both sides ask for f32 decode: this
-// checks batching, and a one-token forward alone would otherwise round its activations to int8
-// (the default DecodeArithmetic) while the stacked rows of a batch compute in f32.
+// decode round after it. Returns the worst difference seen. Both sides ask for f32 decode (the
+// f32 GEMV may block a batch's rows differently, hence the tolerance); the default int8 decode is
+// checked bit for bit by DecodeStepsAreBitEqualToAloneWithInt8Activations.
 float check_batch_equals_single(const Model& m, const std::vector<int64_t>& history,
                                 const std::vector<int64_t>& chunk, float tol) {
   const ForwardOptions f32{.decode = DecodeArithmetic::kF32};
@@ -150,6 +151,39 @@ TEST(BatchForward, EqualsOneByOneOnTinyModels) {
   for (const Model* m : {&llama, &yarn, &gpt2}) {
     SCOPED_TRACE(m->config().arch + (m == &yarn ? " (yarn)" : ""));
     check_batch_equals_single(*m, {0, 9, 5}, {13, 4, 1}, 1e-4f);
+  }
+}
+
+// With the default decode arithmetic (int8 activations) a decode step of several sequences gives
+// every sequence the logits it gets alone, bit for bit: the batched int8 GEMV computes each row as
+// the one-row GEMV does (tests/llm/gemv_int8_test.cpp), and attention, norms and RoPE are per row.
+TEST(BatchForward, DecodeStepsAreBitEqualToAloneWithInt8Activations) {
+  if (!testing::host_has_int8_gemv()) GTEST_SKIP() << "no int8 GEMV on this host";
+  TempDir dir;
+  const Model m = Model::load(write_llama(dir, false, true));
+  const std::vector<int64_t> history = {3, 11, 6, 1, 8};
+  std::vector<KvCache> batched, single;
+  for (size_t i = 0; i < history.size(); ++i) {
+    batched.push_back(m.make_cache());
+    single.push_back(m.make_cache());
+    const auto t = tokens_of(history[i], kVocab, static_cast<int>(i));
+    const auto p = positions_from(0, history[i]);
+    m.forward(t, p, batched[i]);
+    m.forward(t, p, single[i]);
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<int32_t>> toks, pos;
+    std::vector<SequenceChunk> chunks;
+    for (size_t i = 0; i < history.size(); ++i) {
+      toks.push_back(tokens_of(1, kVocab, step * 7 + static_cast<int>(i)));
+      pos.push_back(positions_from(batched[i].next_position(), 1));
+    }
+    for (size_t i = 0; i < history.size(); ++i) chunks.push_back({toks[i], pos[i], &batched[i]});
+    const auto out = m.forward_batch(chunks);
+    for (size_t i = 0; i < history.size(); ++i) {
+      const auto alone = m.forward(toks[i], pos[i], single[i]).to_float_vector();
+      EXPECT_TRUE(out[i].to_float_vector() == alone) << "step " << step << ", sequence " << i;
+    }
   }
 }
 

@@ -149,10 +149,10 @@ TEST(GemvInt8, KQuantsMatchRoundedActivationsExactlyAndF32Closely) {
 }
 
 TEST(GemvInt8, IgnoredWhereItDoesNotApply) {
-  // f32 weights, M > 1 and K not a multiple of 32 take the f32 paths whatever the flag says.
+  // f32 weights take the f32 paths whatever the flag says, one row or several.
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
-  for (auto [m, k, wt] : {std::tuple{1, 48, DType::kF32}, std::tuple{2, 64, DType::kQ4_1}}) {
+  for (auto [m, k, wt] : {std::tuple{1, 48, DType::kF32}, std::tuple{3, 64, DType::kF32}}) {
     std::vector<float> wv(static_cast<size_t>(8 * k)), xv(static_cast<size_t>(m * k));
     for (float& v : wv) v = nd(rng);
     for (float& v : xv) v = nd(rng);
@@ -166,22 +166,49 @@ TEST(GemvInt8, IgnoredWhereItDoesNotApply) {
   }
 }
 
-// True when this host takes the int8 path (AVX-512 BW + VNNI, not switched off by environment).
-bool host_has_int8_gemv() {
-  for (const char* var : {"TANDEM_CPU_ISA", "TANDEM_INT8_GEMV"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != 0 && std::string(v) != "avx512") return false;
-  }
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      return line.find(" avx512bw") != std::string::npos &&
-             line.find(" avx512_vnni") != std::string::npos &&
-             line.find(" f16c") != std::string::npos;
+// Several activation rows (a batched decode step): each row's result equals that row's one-row
+// GEMV bit for bit, for every format, ragged row counts, partial 16-block chunks, alpha / beta and
+// one and two threads; so a sequence decodes the same batched as alone.
+TEST(GemvInt8, RowsOfABatchAreComputedAsAlone) {
+  const int saved = cpu_num_threads();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (DType wt : {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t k = dtype_is_k_quant(wt) ? 768 : 576, n = 301;
+    Tensor w = Tensor::empty({n, k}, wt);
+    if (dtype_is_k_quant(wt)) {
+      std::mt19937_64 bytes(7);
+      w = llm::testing::random_kquant({n, k}, wt, bytes);
+    } else {
+      std::vector<float> wv(static_cast<size_t>(n * k));
+      for (float& v : wv) v = nd(rng);
+      ops::convert(Tensor::from_vector(wv, {n, k}, DType::kF32), w);
+    }
+    for (int64_t m : {2, 3, 5, 9, 16}) {
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(wt) << " m " << m << " threads " << threads);
+        set_cpu_num_threads(threads);
+        std::vector<float> xv(static_cast<size_t>(m * k)), y0(static_cast<size_t>(m * n));
+        for (float& v : xv) v = nd(rng);
+        for (float& v : y0) v = nd(rng);
+        const ops::GemmParams p{
+            .trans_b = true, .alpha = 0.75f, .beta = 0.5f, .int8_activations = true};
+        Tensor y = Tensor::from_vector(y0, {m, n}, DType::kF32);
+        ops::gemm(Tensor::from_vector(xv, {m, k}, DType::kF32), w, y, p);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          const std::vector<float> xi(xv.begin() + i * k, xv.begin() + (i + 1) * k);
+          const std::vector<float> yi0(y0.begin() + i * n, y0.begin() + (i + 1) * n);
+          Tensor yi = Tensor::from_vector(yi0, {1, n}, DType::kF32);
+          ops::gemm(Tensor::from_vector(xi, {1, k}, DType::kF32), w, yi, p);
+          for (int64_t j = 0; j < n; ++j)
+            differ += y.data<float>()[i * n + j] != yi.data<float>()[j];
+        }
+        EXPECT_EQ(differ, 0);
+      }
     }
   }
-  return false;
+  set_cpu_num_threads(saved);
 }
 
 TEST(GemvInt8, ModelDecodeStepWithInt8ActivationsStaysClose) {
@@ -243,7 +270,7 @@ TEST(GemvInt8, ModelDecodeStepWithInt8ActivationsStaysClose) {
   EXPECT_GT(scale, 0.1f);
   // 8-bit activations through 7 random matrices, norms and SiLU: measured 4% of the largest logit.
   EXPECT_LE(worst, 0.1f * scale);
-  if (host_has_int8_gemv()) {
+  if (llm::testing::host_has_int8_gemv()) {
     EXPECT_GT(worst, 0.0f) << "DecodeArithmetic::kInt8 did not reach the int8 GEMV";
   } else {
     EXPECT_EQ(worst, 0.0f) << "no int8 GEMV on this host: the option must change nothing";

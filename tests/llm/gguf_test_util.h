@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +68,24 @@ void patch(std::vector<uint8_t>& bytes, size_t at, T v) {
 inline size_t find_bytes(const std::vector<uint8_t>& bytes, const std::string& needle) {
   const std::string hay(bytes.begin(), bytes.end());
   return hay.find(needle);
+}
+
+// True when this host takes the int8 path (AVX-512 BW + VNNI, not switched off by environment).
+inline bool host_has_int8_gemv() {
+  for (const char* var : {"TANDEM_CPU_ISA", "TANDEM_INT8_GEMV"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != 0 && std::string(v) != "avx512") return false;
+  }
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      return line.find(" avx512bw") != std::string::npos &&
+             line.find(" avx512_vnni") != std::string::npos &&
+             line.find(" f16c") != std::string::npos;
+    }
+  }
+  return false;
 }
 
 }  // namespace tandem::llm::testing

@@ -55,7 +55,7 @@ TEST(Gemm, WeightGemvLongRows) {
 }
 
 // GemmParams::int8_activations (decode steps): the backend may round A to int8 per 32-element
-// block (d = max|x| / 127; the CPU at M = 1 with AVX-512 VNNI, CUDA at M <= 8 with __dp4a) or
+// block (d = max|x| / 127; the CPU at M <= 16 with AVX-512 VNNI, CUDA at M <= 8 with __dp4a) or
 // ignore the flag. Rounding a(i, j) to its block's grid d_b moves it by at most d_b / 2, so
 // c(i, n) moves by at most |alpha| sum_j |w(n, j)| d_b / 2: the tolerance, per element, is that
 // bound plus the f32 reduction tolerance.
@@ -66,15 +66,19 @@ TEST(Gemm, Int8ActivationsWithinTheirRounding) {
     for (const GemmCase& g : {GemmCase{1, 37, 576, false, true, 1.0f, 0.0f},
                               GemmCase{1, 300, 1536, false, true, 0.5f, 0.25f},
                               GemmCase{3, 9, 2112, false, true, 1.0f, 0.0f},
-                              GemmCase{8, 17, 96, true, true, -1.0f, 1.0f}}) {
-      const std::string what = cat("int8 gemm ", dtype_name(wt), " m=", g.m, " n=", g.n,
-                                   " k=", g.k, " ta=", g.ta, " alpha=", g.alpha, " beta=", g.beta);
+                              GemmCase{8, 17, 96, true, true, -1.0f, 1.0f},
+                              GemmCase{16, 33, 576, false, true, 1.0f, 0.5f}}) {
+      const std::string what = cat("int8 gemm ", dtype_name(wt), " m=", g.m, " n=", g.n, " k=", g.k,
+                                   " ta=", g.ta, " alpha=", g.alpha, " beta=", g.beta);
       SCOPED_TRACE(what);
       seed += 3;
       const Tensor a = random_tensor(g.ta ? Shape{g.k, g.m} : Shape{g.m, g.k}, seed, -3.0f, 3.0f);
       const Tensor b = converted(random_tensor({g.n, g.k}, seed + 1), wt);
       const Tensor c0 = random_tensor({g.m, g.n}, seed + 2);
-      ops::GemmParams p{.trans_a = g.ta, .trans_b = true, .alpha = g.alpha, .beta = g.beta,
+      ops::GemmParams p{.trans_a = g.ta,
+                        .trans_b = true,
+                        .alpha = g.alpha,
+                        .beta = g.beta,
                         .int8_activations = true};
       Tensor want = c0.clone();
       reference().gemm(a, b, want, p, nullptr);

@@ -73,74 +73,7 @@ TANDEM_VNNI_TARGET inline __m512i codes2(const uint8_t* b0, const uint8_t* b1) {
   }
 }
 
-// Scale d_w and offset o_w of one block.
-template <Fmt F>
-TANDEM_VNNI_TARGET inline void block_scale(const uint8_t* b, float* d, float* o) {
-  *d = half(b);
-  if constexpr (F == Fmt::kQ4_1) {
-    *o = half(b + 2);
-  } else if constexpr (F == Fmt::kQ4_0) {
-    *o = -8.0f * *d;
-  } else {
-    *o = -128.0f * *d;
-  }
-}
-
-constexpr int kRows = 4;  // W rows per pass: each x vector loaded feeds all of them
-
-// Scales of 16 blocks at a time: one gather per W row reads the 4 bytes at each block's start
-// (d, and m for q4_1: two f16), converted with vcvtph2ps; d_w * d_x and the offset terms
-// o_w * s_x are then vector products. Each pair of blocks takes its two scales from the 16 with
-// one vpermps (lanes 0-7: the first block's, 8-15: the second's).
-template <Fmt F, int R>
-TANDEM_VNNI_TARGET void rows_pass(const QuantizedRow& x, const uint8_t* w, int64_t rb, int64_t n,
-                                  float* y, float alpha, float beta) {
-  constexpr int64_t kB = kBlockBytes<F>;
-  const int64_t blocks = x.k / 32;
-  alignas(64) static thread_local uint8_t zero_block[64] = {};  // the pad block of an odd count
-  const __m512i offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(kB)));
-  const __m512i first_pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i two = _mm512_set1_epi32(2);
-  __m512 acc[R], off[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), off[r] = _mm512_setzero_ps();
-  for (int64_t g0 = 0; g0 < blocks; g0 += 16) {
-    const int64_t gn = std::min<int64_t>(16, blocks - g0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << gn) - 1u);
-    const __m512 dx = _mm512_maskz_loadu_ps(mask, x.d.data() + g0);
-    const __m512 sx = _mm512_maskz_loadu_ps(mask, x.s.data() + g0);
-    __m512 dd[R];
-    for (int r = 0; r < R; ++r) {
-      const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets,
-                                                      w + (n + r) * rb + g0 * kB, 1);
-      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-      __m512 o;
-      if constexpr (F == Fmt::kQ4_1) {
-        o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(raw, 16)));
-      } else {
-        o = _mm512_mul_ps(d, _mm512_set1_ps(F == Fmt::kQ4_0 ? -8.0f : -128.0f));
-      }
-      dd[r] = _mm512_mul_ps(d, dx);
-      off[r] = _mm512_fmadd_ps(o, sx, off[r]);
-    }
-    __m512i idx = first_pair;
-    for (int64_t g = g0; g < g0 + gn; g += 2, idx = _mm512_add_epi32(idx, two)) {
-      const __m512i xq = _mm512_loadu_si512(x.q.data() + g * 32);
-      const bool pair = g + 1 < blocks;
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* b0 = w + (n + r) * rb + g * kB;
-        const uint8_t* b1 = pair ? b0 + kB : zero_block;
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes2<F>(b0, b1), xq);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx, dd[r]), acc[r]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], off[r]));
-    y[n + r] = beta == 0.0f ? alpha * v : alpha * v + beta * y[n + r];
-  }
-}
+constexpr int kRows = 4;  // W rows per pass of one x row: each x vector loaded feeds all of them
 
 // The 4-byte headers (d, m) of 16 consecutive q4_1 blocks (320 bytes): block j's is dword 5 j, so
 // five loads and three dword permutes replace a gather (slow on some cores, e.g. Zen 4).
@@ -159,85 +92,106 @@ TANDEM_VNNI_TARGET inline __m512i headers16_q4_1(const uint8_t* p) {
   return _mm512_mask_blend_epi32(0xE000, _mm512_mask_blend_epi32(0x1F80, a, b), c);
 }
 
-// q4_0 / q4_1: four blocks per step. Their 16 code bytes go to the four 128-bit lanes of one
-// register; the low nibbles (elements 0..15 of each block) and the high nibbles (16..31) meet x in
-// QuantizedRow::q4 order, so two vpdpbusd give each block's dot product in its lane (4 dwords),
-// with no shuffling of the codes.
-template <Fmt F, int R>
-TANDEM_VNNI_TARGET void rows_pass_q4(const QuantizedRow& x, const uint8_t* w, int64_t rb, int64_t n,
-                                     float* y, float alpha, float beta) {
-  constexpr int64_t kB = kBlockBytes<F>;
-  const int64_t blocks = x.k / 32;
-  alignas(64) static thread_local uint8_t zero_block[64] = {};  // pad blocks past the row's end
+// The scales d_w and offsets o_w of the gn <= 16 blocks of one W row starting at `row` (block g0):
+// the 4 bytes at each block's start (d, and m for q4_1: two f16) read by a gather (q4_1 with 16
+// blocks: headers16_q4_1), converted with vcvtph2ps.
+template <Fmt F>
+TANDEM_VNNI_TARGET inline void block_scales16(const uint8_t* row, int64_t gn, __mmask16 mask,
+                                              __m512* d, __m512* o) {
   const __m512i offsets =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(kB)));
-  const __m512i first_quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i four = _mm512_set1_epi32(4);
+                         _mm512_set1_epi32(static_cast<int>(kBlockBytes<F>)));
+  __m512i raw;
+  if constexpr (F == Fmt::kQ4_1) {
+    raw = gn == 16 ? headers16_q4_1(row)
+                   : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, row, 1);
+  } else {
+    raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, row, 1);
+  }
+  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+  if constexpr (F == Fmt::kQ4_1) {
+    *o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(raw, 16)));
+  } else {
+    *o = _mm512_mul_ps(*d, _mm512_set1_ps(F == Fmt::kQ4_0 ? -8.0f : -128.0f));
+  }
+}
+
+// R W rows (from row n) against M activation rows: y[i * ldy + n + r]. Per 16 blocks, each W row's
+// scales become d_w * d_x and the offset terms o_w * s_x (vector products). q8_0 steps over pairs
+// of blocks (codes2, one vpdpbusd); q4_0 / q4_1 over four blocks, whose 16 code bytes go to the
+// four 128-bit lanes of one register, the low nibbles (elements 0..15) and the high ones (16..31)
+// meeting x in QuantizedRow::q4 order, so two vpdpbusd give each block's dot product in its lane.
+// Each step's products take their scales from the 16 with one vpermps. Each block of codes is
+// decoded once for all M x rows, each x vector loaded once for all R W rows; every (x row, W row)
+// result takes the same operations in the same order whatever R and M are, so a row's output is
+// the same bit for bit alone (R = kRows, M = 1) or batched (R = 1, M up to 4).
+template <Fmt F, int R, int M>
+TANDEM_VNNI_TARGET void tile(const QuantizedRow* xs, const uint8_t* w, int64_t rb, int64_t n,
+                             float* y, int64_t ldy, float alpha, float beta) {
+  constexpr int64_t kB = kBlockBytes<F>;
+  constexpr bool kQ8 = F == Fmt::kQ8_0;
+  constexpr int64_t kStep = kQ8 ? 2 : 4;  // blocks per step
+  const int64_t blocks = xs[0].k / 32;
+  alignas(64) static thread_local uint8_t zero_block[64] = {};  // pad blocks past the row's end
+  const __m512i first = kQ8 ? _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+                            : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i step = _mm512_set1_epi32(static_cast<int>(kStep));
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[R], off[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), off[r] = _mm512_setzero_ps();
+  __m512 acc[R][M], off[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < M; ++i) acc[r][i] = _mm512_setzero_ps(), off[r][i] = _mm512_setzero_ps();
   for (int64_t g0 = 0; g0 < blocks; g0 += 16) {
     const int64_t gn = std::min<int64_t>(16, blocks - g0);
     const __mmask16 mask = static_cast<__mmask16>((1u << gn) - 1u);
-    const __m512 dx = _mm512_maskz_loadu_ps(mask, x.d.data() + g0);
-    const __m512 sx = _mm512_maskz_loadu_ps(mask, x.s.data() + g0);
-    __m512 dd[R];
+    __m512 dd[R][M];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* row = w + (n + r) * rb + g0 * kB;
-      __m512i raw;
-      if constexpr (F == Fmt::kQ4_1) {
-        raw = gn == 16 ? headers16_q4_1(row)
-                       : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, row, 1);
-      } else {
-        raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, row, 1);
+      __m512 d, o;
+      block_scales16<F>(w + (n + r) * rb + g0 * kB, gn, mask, &d, &o);
+      for (int i = 0; i < M; ++i) {
+        dd[r][i] = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(mask, xs[i].d.data() + g0));
+        off[r][i] = _mm512_fmadd_ps(o, _mm512_maskz_loadu_ps(mask, xs[i].s.data() + g0), off[r][i]);
       }
-      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-      __m512 o;
-      if constexpr (F == Fmt::kQ4_1) {
-        o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(raw, 16)));
-      } else {
-        o = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
-      }
-      dd[r] = _mm512_mul_ps(d, dx);
-      off[r] = _mm512_fmadd_ps(o, sx, off[r]);
     }
-    __m512i idx = first_quad;
-    for (int64_t g = g0; g < g0 + gn; g += 4, idx = _mm512_add_epi32(idx, four)) {
-      const __m512i xlo = _mm512_loadu_si512(x.q4.data() + g * 32);
-      const __m512i xhi = _mm512_loadu_si512(x.q4.data() + g * 32 + 64);
-      const int64_t real = std::min<int64_t>(4, blocks - g);
+    __m512i idx = first;
+    for (int64_t g = g0; g < g0 + gn; g += kStep, idx = _mm512_add_epi32(idx, step)) {
+      __m512i xa[M], xb[M];  // q8_0: two blocks of codes; q4: low and high halves of four
+      for (int i = 0; i < M; ++i) {
+        xa[i] = _mm512_loadu_si512((kQ8 ? xs[i].q.data() : xs[i].q4.data()) + g * 32);
+        if constexpr (!kQ8) xb[i] = _mm512_loadu_si512(xs[i].q4.data() + g * 32 + 64);
+      }
       for (int r = 0; r < R; ++r) {
-        const uint8_t* b = w + (n + r) * rb + g * kB + kCodesAt<F>;
-        auto lane = [&](int j) {
-          return _mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(j < real ? b + j * kB : zero_block));
-        };
-        __m512i c = _mm512_castsi128_si512(lane(0));
-        c = _mm512_inserti32x4(c, lane(1), 1);
-        c = _mm512_inserti32x4(c, lane(2), 2);
-        c = _mm512_inserti32x4(c, lane(3), 3);
-        const __m512i lo = _mm512_and_si512(c, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
-        const __m512i p =
-            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx, dd[r]), acc[r]);
+        const uint8_t* b = w + (n + r) * rb + g * kB;
+        __m512i lo, hi;
+        if constexpr (kQ8) {
+          lo = codes2<F>(b, g + 1 < blocks ? b + kB : zero_block);
+        } else {
+          const int64_t real = std::min<int64_t>(4, blocks - g);
+          auto lane = [&](int j) {
+            return _mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(j < real ? b + j * kB + kCodesAt<F> : zero_block));
+          };
+          __m512i c = _mm512_castsi128_si512(lane(0));
+          c = _mm512_inserti32x4(c, lane(1), 1);
+          c = _mm512_inserti32x4(c, lane(2), 2);
+          c = _mm512_inserti32x4(c, lane(3), 3);
+          lo = _mm512_and_si512(c, m4);
+          hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+        }
+        for (int i = 0; i < M; ++i) {
+          __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xa[i]);
+          if constexpr (!kQ8) p = _mm512_dpbusd_epi32(p, hi, xb[i]);
+          acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(idx, dd[r][i]),
+                                      acc[r][i]);
+        }
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], off[r]));
-    y[n + r] = beta == 0.0f ? alpha * v : alpha * v + beta * y[n + r];
-  }
-}
-
-template <Fmt F, int R>
-TANDEM_VNNI_TARGET inline void pass(const QuantizedRow& x, const uint8_t* w, int64_t rb, int64_t n,
-                                    float* y, float alpha, float beta) {
-  if constexpr (F == Fmt::kQ8_0) {
-    rows_pass<F, R>(x, w, rb, n, y, alpha, beta);
-  } else {
-    rows_pass_q4<F, R>(x, w, rb, n, y, alpha, beta);
+    for (int i = 0; i < M; ++i) {
+      float* out = y + i * ldy + n + r;
+      const float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][i], off[r][i]));
+      *out = beta == 0.0f ? alpha * v : alpha * v + beta * *out;
+    }
   }
 }
 
@@ -259,9 +213,37 @@ TANDEM_VNNI_TARGET void gemv_fmt(const QuantizedRow& x, const uint8_t* w, int64_
   for (; n + kRows <= n1; n += kRows) {
     const int64_t ahead = n + ahead_rows;
     if (ahead < n1) prefetch_range(w + ahead * rb, std::min<int64_t>(kRows, n1 - ahead) * rb);
-    pass<F, kRows>(x, w, rb, n, y, alpha, beta);
+    tile<F, kRows, 1>(&x, w, rb, n, y, 0, alpha, beta);
   }
-  for (; n < n1; ++n) pass<F, 1>(x, w, rb, n, y, alpha, beta);
+  for (; n < n1; ++n) tile<F, 1, 1>(&x, w, rb, n, y, 0, alpha, beta);
+}
+
+// M activation rows over W rows [n0, n1): W row by row (prefetched about kAheadBytes ahead, as in
+// gemv_fmt), the x rows in groups of up to 4 against each, so each W row is read from memory once.
+template <Fmt F>
+TANDEM_VNNI_TARGET void gemv_rows_fmt(const QuantizedRow* xs, int m, const uint8_t* w, int64_t rb,
+                                      int64_t n0, int64_t n1, float* y, int64_t ldy, float alpha,
+                                      float beta) {
+  const int64_t ahead_rows = std::clamp<int64_t>((kAheadBytes + rb / 2) / rb, 1, 32);
+  prefetch_range(w + n0 * rb, std::min<int64_t>(ahead_rows, n1 - n0) * rb);
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n + ahead_rows < n1) prefetch_range(w + (n + ahead_rows) * rb, rb);
+    int i = 0;
+    for (; i + 4 <= m; i += 4) tile<F, 1, 4>(xs + i, w, rb, n, y + i * ldy, ldy, alpha, beta);
+    switch (m - i) {
+      case 3:
+        tile<F, 1, 3>(xs + i, w, rb, n, y + i * ldy, ldy, alpha, beta);
+        break;
+      case 2:
+        tile<F, 1, 2>(xs + i, w, rb, n, y + i * ldy, ldy, alpha, beta);
+        break;
+      case 1:
+        tile<F, 1, 1>(xs + i, w, rb, n, y + i * ldy, ldy, alpha, beta);
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 TANDEM_VNNI_TARGET void quantize_blocks(const float* x, int64_t blocks, int8_t* q, float* d,
@@ -341,6 +323,31 @@ void gemv_int8(DType t, const QuantizedRow& x, const uint8_t* w, int64_t row_byt
   }
 #endif
   throw ContractError(cat("gemv_int8: no int8 GEMV for ", dtype_name(t), " on this host"));
+}
+
+void gemv_int8_rows(DType t, const QuantizedRow* xs, int m, const uint8_t* w, int64_t row_bytes,
+                    int64_t n0, int64_t n1, float* y, int64_t ldy, float alpha, float beta) {
+#if defined(__x86_64__)
+  if (gemv_int8_supported(t)) {
+    switch (t) {
+      case DType::kQ8_0:
+        return gemv_rows_fmt<Fmt::kQ8_0>(xs, m, w, row_bytes, n0, n1, y, ldy, alpha, beta);
+      case DType::kQ4_0:
+        return gemv_rows_fmt<Fmt::kQ4_0>(xs, m, w, row_bytes, n0, n1, y, ldy, alpha, beta);
+      case DType::kQ4_1:
+        return gemv_rows_fmt<Fmt::kQ4_1>(xs, m, w, row_bytes, n0, n1, y, ldy, alpha, beta);
+      default:
+        break;
+    }
+  }
+#endif
+  // The K-quants: the one-row kernel per x row over ranges of W rows small enough to stay in L2
+  // between the x rows (about 256 KiB), so W is still read from memory once.
+  const int64_t span = std::max<int64_t>(4, (int64_t{256} << 10) / std::max<int64_t>(row_bytes, 1));
+  for (int64_t c0 = n0; c0 < n1; c0 += span) {
+    const int64_t c1 = std::min(n1, c0 + span);
+    for (int i = 0; i < m; ++i) gemv_int8(t, xs[i], w, row_bytes, c0, c1, y + i * ldy, alpha, beta);
+  }
 }
 
 }  // namespace tandem::cpu::fast

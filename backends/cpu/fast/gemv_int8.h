@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Integer GEMV for one activation row against block-quantized weights (q8_0, q4_0, q4_1), the way
+// Integer GEMV for activation rows against block-quantized weights (q8_0, q4_0, q4_1), the way
 // llama.cpp computes its decode: x is rounded to int8 per 32-element block (scale d_x = max|x| /
 // 127, as llama.cpp's q8_0 / q8_1), then each block's dot product of codes is one AVX-512 VNNI
 // vpdpbusd (u8 x s8 -> s32), two blocks per 512-bit instruction:
@@ -44,6 +44,12 @@ void quantize_row_q8(const float* x, int64_t k, QuantizedRow& out);
 // `row_bytes` apart. Only where gemv_int8_supported(t).
 void gemv_int8(DType t, const QuantizedRow& x, const uint8_t* w, int64_t row_bytes, int64_t n0,
                int64_t n1, float* y, float alpha, float beta);
+// M activation rows at once (batched decode): y[i * ldy + n] for x row i, every W row read from
+// memory once for all of them; each row's result equals gemv_int8's for that row alone, bit for
+// bit, so a batched sequence computes what it would alone. q8_0 / q4_0 / q4_1 decode each W block
+// once for up to 4 x rows; the K-quants run gemv_int8 per x row over L2-sized ranges of W rows.
+void gemv_int8_rows(DType t, const QuantizedRow* xs, int m, const uint8_t* w, int64_t row_bytes,
+                    int64_t n0, int64_t n1, float* y, int64_t ldy, float alpha, float beta);
 // The same for q4_k and q6_k (x.k a multiple of 256); gemv_int8 calls it.
 void gemv_int8_kquant(DType t, const QuantizedRow& x, const uint8_t* w, int64_t row_bytes,
                       int64_t n0, int64_t n1, float* y, float alpha, float beta);

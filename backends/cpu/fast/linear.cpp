@@ -4,8 +4,9 @@
 //   (isa_gemv.inc), threads over chunks of N rows, every weight byte read once and decoded once
 //   for all M rows. f32 weights take it for M <= kGemvF32MaxM (below the fixed per-call cost of a
 //   library GEMM), weights of f16/bf16/q8_0/q4_0/q4_1 for M <= kGemvMaxM.
-//   M = 1 with q8_0/q4_0/q4_1 weights when the caller allows int8 activations: the VNNI GEMV of
-//   gemv_int8.h (x rounded to int8 blocks, integer dot products, as llama.cpp decodes).
+//   M <= kInt8MaxM with q8_0/q4_0/q4_1/Q4_K/Q6_K weights when the caller allows int8 activations
+//   (decode steps, one row per sequence): the VNNI GEMV of gemv_int8.h (x rounded to int8 blocks,
+//   integer dot products, as llama.cpp decodes), every row computed as it would be alone.
 //   Other f32 products: the f32 provider (gemm_f32.h).
 //   Other weight dtypes (prefill, and every M for the K-quants Q4_K/Q6_K, which have no fused
 //   GEMV): each thread dequantizes a tile of W rows into its own f32
@@ -28,8 +29,38 @@ namespace {
 
 constexpr int kGemvMaxM = 8;     // weight dtypes other than f32: the fused GEMV up to this M
 constexpr int kGemvF32MaxM = 4;  // f32 W [N, K]: the GEMV up to this M
+// int8 activations (decode steps) up to this M: above it the f32 GEMM of the dequantized tiles is
+// faster on AVX-512 (SmolLM2 batched decode, 2 threads: int8 +55% at 4 sequences, +38% at 16, -17%
+// at 32).
+constexpr int kInt8MaxM = 16;
 constexpr int64_t kTileBytes = 1 << 20;  // f32 scratch per thread for the dequantized W tile
 constexpr int64_t kStaticGemvBytes = int64_t{4} << 20;  // int8 GEMV: static split below this
+
+// Calls fn(n0, n1) for ranges of the rows [0, n) of W over t threads. Chunks of rows, several per
+// thread, each at least 16 rows, so that a thread delayed by another process does not hold up the
+// rest; with `one_range_each`, one contiguous range per thread instead (multiples of 4 rows, the
+// int8 kernel's pass), each streamed with its own prefetch and one meeting of the team: measured
+// 20-30% faster at 2 threads for a layer's int8 GEMV (tandem_bench_kernels gemv/smollm2.*.x8).
+template <typename Fn>
+void over_row_ranges(int64_t n, int t, bool one_range_each, Fn&& fn) {
+  if (t == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  if (one_range_each) {
+    const int64_t quads = (n + 3) / 4;
+    parallel_for_static(t, t, [&](int64_t i, int) {
+      fn(std::min(n, quads * i / t * 4), std::min(n, quads * (i + 1) / t * 4));
+    });
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(16, (n + 4 * t - 1) / (4 * t));
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  parallel_for(chunks, t, [&](int64_t ci, int) {
+    const int64_t n0 = ci * chunk;
+    fn(n0, std::min(n, n0 + chunk));
+  });
+}
 
 // y[M, N] = alpha * x W^T + beta * y through the ISA GEMV (m <= kGemvMaxM); W rows `rb` bytes
 // apart.
@@ -45,56 +76,36 @@ void gemv_path(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const floa
   }
   const IsaKernels& isa_k = isa();
   const int t = parallel_threads(m * n * k, n * rb + 4 * m * (k + n), threads);
-  if (t == 1) {
-    isa_k.gemv(wt, static_cast<int>(m), k, x, k, w, rb, 0, n, c, n, alpha, beta);
-    return;
-  }
-  // Chunks of rows: several per thread for balance, each at least 16 rows.
-  const int64_t chunk = std::max<int64_t>(16, (n + 4 * t - 1) / (4 * t));
-  const int64_t chunks = (n + chunk - 1) / chunk;
-  parallel_for(chunks, t, [&](int64_t ci, int) {
-    const int64_t n0 = ci * chunk, n1 = std::min(n, n0 + chunk);
+  over_row_ranges(n, t, false, [&](int64_t n0, int64_t n1) {
     isa_k.gemv(wt, static_cast<int>(m), k, x, k, w, rb, n0, n1, c, n, alpha, beta);
   });
 }
 
-// y[1, N] through the int8 GEMV (gemv_int8.h): x rounded to int8 blocks once, rows over threads.
-void gemv_int8_path(int64_t n, int64_t k, float alpha, const float* a, DType wt, const uint8_t* w,
-                    int64_t rb, float beta, float* c, int threads) {
-  static thread_local QuantizedRow scratch;  // the caller's; the team reads it through qx
-  QuantizedRow& qx = scratch;
-  quantize_row_q8(a, k, qx);
-  const int t = parallel_threads(n * k, n * rb + 4 * (k + n), threads);
-  if (t == 1) {
-    gemv_int8(wt, qx, w, rb, 0, n, c, alpha, beta);
-    return;
-  }
-  // A layer's GEMV (under kStaticGemvBytes of weights): one contiguous range of rows per thread
-  // (multiples of the kernel's 4-row pass), each streamed with its own prefetch, one meeting of the
-  // team: measured 20-30% faster at 2 threads than handing out chunks (tandem_bench_kernels
-  // gemv/smollm2.*.x8). A large one (the output head) keeps chunks, so that a thread delayed by
-  // another process does not hold up the rest.
-  if (n * rb < kStaticGemvBytes) {
-    const int64_t quads = (n + 3) / 4;
-    parallel_for_static(t, t, [&](int64_t i, int) {
-      const int64_t n0 = std::min(n, quads * i / t * 4), n1 = std::min(n, quads * (i + 1) / t * 4);
-      gemv_int8(wt, qx, w, rb, n0, n1, c, alpha, beta);
-    });
-    return;
-  }
-  const int64_t chunk = std::max<int64_t>(16, (n + 4 * t - 1) / (4 * t));
-  const int64_t chunks = (n + chunk - 1) / chunk;
-  parallel_for(chunks, t, [&](int64_t ci, int) {
-    const int64_t n0 = ci * chunk, n1 = std::min(n, n0 + chunk);
-    gemv_int8(wt, qx, w, rb, n0, n1, c, alpha, beta);
+// y[M, N] through the int8 GEMV (gemv_int8.h), a [M, K] row-major: each row rounded to int8
+// blocks once, W rows over threads (a layer's GEMV, under kStaticGemvBytes of weights, as one
+// range per thread; a large one, the output head, in chunks).
+void gemv_int8_path(int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
+                    const uint8_t* w, int64_t rb, float beta, float* c, int threads) {
+  static thread_local std::vector<QuantizedRow> scratch;  // the caller's; the team reads it
+  std::vector<QuantizedRow>& qx = scratch;
+  if (qx.size() < static_cast<size_t>(m)) qx.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) quantize_row_q8(a + i * k, k, qx[static_cast<size_t>(i)]);
+  const int t = parallel_threads(m * n * k, n * rb + 4 * m * (k + n), threads);
+  over_row_ranges(n, t, n * rb < kStaticGemvBytes, [&](int64_t n0, int64_t n1) {
+    if (m == 1) {
+      gemv_int8(wt, qx[0], w, rb, n0, n1, c, alpha, beta);
+    } else {
+      gemv_int8_rows(wt, qx.data(), static_cast<int>(m), w, rb, n0, n1, c, n, alpha, beta);
+    }
   });
 }
 
 void gemm_weights(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, DType wt,
                   const uint8_t* w, float beta, float* c, int threads, bool int8_activations) {
   const int64_t rb = dtype_row_bytes(wt, k);
-  if (m == 1 && int8_activations && k % 32 == 0 && gemv_int8_supported(wt)) {
-    gemv_int8_path(n, k, alpha, a, wt, w, rb, beta, c, threads);
+  if (int8_activations && m <= kInt8MaxM && (m == 1 || !ta) && k % 32 == 0 &&
+      gemv_int8_supported(wt)) {
+    gemv_int8_path(m, n, k, alpha, a, wt, w, rb, beta, c, threads);
     return;
   }
   if (m <= kGemvMaxM && !dtype_is_k_quant(wt)) {

@@ -98,9 +98,11 @@ struct LayerWeights {
   Tensor bo, b_up, b_down;         // [d_model], [d_ff], [d_model]
 };
 
-// The arithmetic of the weight products of a forward of one token in all (the decode step).
-// Forwards of more tokens (prefill, its one-row head with last_only included, and a batch of
-// several sequences) always use f32 activations.
+// The arithmetic of the weight products of a decode step: a forward of one token, or a batch of
+// sequences one token each (on the CPU, up to 16 sequences, every row then computes what it would
+// alone, bit for bit; larger batches take the f32 GEMM, which is faster there). Other
+// forwards (prefill, its one-row head with last_only included, a batch step holding a prefill
+// chunk) always use f32 activations.
 enum class DecodeArithmetic : uint8_t {
   // The default: on the CPU, the row is rounded to int8 per 32-element block (d = max|x| / 127)
   // and multiplied with integer dot products (AVX-512 VNNI) by q8_0/q4_0/q4_1 matrices, the way

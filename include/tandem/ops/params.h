@@ -13,9 +13,10 @@ struct GemmParams {
       false;  // B is stored [N, K] instead of [K, N] (the weight layout of GGUF and nn.Linear)
   float alpha = 1.0f;
   float beta = 0.0f;  // C = alpha * op(A) op(B) + beta * C
-  // M = 1 with q8_0/q4_0/q4_1 weights [N, K] (trans_b): the CPU backend may round A to int8 blocks
-  // of 32 and use integer dot products (llama.cpp's decode arithmetic; ~1/254 relative error per
-  // element of A); the CUDA backend does so for M <= 8 (__dp4a). Backends without such a path
+  // Quantized weights [N, K] (trans_b), A [M, K]: the CPU backend may round each row of A to int8
+  // blocks of 32 and use integer dot products (llama.cpp's decode arithmetic; ~1/254 relative
+  // error per element of A) for q8_0/q4_0/q4_1/Q4_K/Q6_K at M <= 16, each row computed as it
+  // would be alone; the CUDA backend does so for M <= 8 (__dp4a). Backends without such a path
   // ignore it.
   bool int8_activations = false;
 };
