@@ -27,6 +27,7 @@
 #include "tandem/core/backend.h"
 #include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
+#include "tandem/recsys/early_touch.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
@@ -61,6 +62,7 @@ struct RecServeOptions {
   std::string size_dist = "fixed";
   std::string table_dtype;
   std::string table_dir;
+  bool early_touch = false;  // touch admitted queries' mapped rows on a background thread
   std::string size_quantiles;
   std::string device = "cpu";
   std::string device_profile;  // a `tandem profile` JSON file; empty: measure this machine
@@ -148,6 +150,9 @@ int run_rec_serve(const RecServeOptions& o) {
                cfg.table_bytes() / 1048576.0, scale, full_bytes / 1048576.0);
   if (!o.table_dir.empty() && !o.weights.empty())
     throw InvalidArgument("--table-dir and --weights exclude each other");
+  if (o.early_touch && o.table_dir.empty())
+    throw InvalidArgument(
+        "--early-touch needs --table-dir (tables in memory have no pages to fetch)");
   RecModel model = !o.weights.empty()     ? RecModel::load(cfg, o.weights)
                    : !o.table_dir.empty() ? RecModel::generate_mapped(cfg, o.table_dir)
                                           : RecModel::generate(cfg);
@@ -206,6 +211,7 @@ int run_rec_serve(const RecServeOptions& o) {
   host.reset_peak();
   {
     auto policy = make_policy(model, ex, po);
+    if (o.early_touch) policy = with_early_touch(std::move(policy), model);
     s = simulated ? run_sim_load(*policy, static_cast<SimExecutor&>(ex), pool, lo)
                   : run_load(*policy, pool, lo);
     sched = policy->stats();
@@ -434,6 +440,9 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option(
       "--table-dir", o->table_dir,
       "Keep the tables in .temb files here, mapped (full zoo sizes unless --rows-scale)");
+  sub->add_flag("--early-touch", o->early_touch,
+                "With --table-dir: a background thread reads the pages of each submitted query's "
+                "rows while it waits, so the lookups do not take the page faults (spec B7)");
   sub->add_option("--weights", o->weights, "Load weights from this safetensors file")
       ->check(CLI::ExistingFile);
   sub->add_option("--save-weights", o->save_weights, "Write the weights as safetensors");

@@ -256,6 +256,28 @@ void EmbeddingTable::write_generated_file(const std::string& path, const std::st
   if (!f) throw IoError(cat("error writing '", path, "'"));
 }
 
+int64_t EmbeddingTable::touch_rows(const int64_t* rows, int64_t n) const {
+  if (!mapped_) return 0;
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // Each page once: hot rows repeat within a query, and rows share pages.
+  std::vector<uintptr_t> pages;
+  pages.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = rows[i];
+    if (r < 0 || r >= rows_) continue;
+    const auto first = reinterpret_cast<uintptr_t>(row_data(r));
+    const uintptr_t last = first + static_cast<uintptr_t>(row_bytes_) - 1;
+    for (uintptr_t p = first & ~(page - 1); p <= last; p += page) pages.push_back(p);
+  }
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  const auto lo = reinterpret_cast<uintptr_t>(base_);
+  unsigned sum = 0;
+  for (uintptr_t p : pages) sum += *reinterpret_cast<const volatile uint8_t*>(std::max(p, lo));
+  (void)sum;
+  return static_cast<int64_t>(pages.size());
+}
+
 EmbeddingTable EmbeddingTable::map_file(const std::string& path, const std::string& name) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw IoError(cat("cannot open '", path, "': ", std::strerror(errno)));

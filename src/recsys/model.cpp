@@ -228,6 +228,28 @@ const ModelConfig& RecModel::config() const { return impl_->cfg; }
 int RecModel::num_nodes() const { return static_cast<int>(impl_->nodes.size()); }
 const std::string& RecModel::node_name(int id) const { return impl_->nodes.at(id).name; }
 const std::vector<int>& RecModel::topological_order() const { return impl_->order; }
+int64_t RecModel::touch(const QueryInputs& q) const {
+  const Impl& m = *impl_;
+  int64_t pages = 0;
+  std::vector<int64_t> rows;
+  auto touch_ids = [&](const EmbeddingTable& t, const TableConfig& c,
+                       const std::vector<int64_t>& ids) {
+    if (!t.mapped()) return;
+    rows.resize(ids.size());
+    const uint64_t salt = table_salt(c.name);
+    for (size_t i = 0; i < ids.size(); ++i)
+      rows[i] = c.hash ? hash_id(ids[i], salt, t.rows()) : ids[i];
+    pages += t.touch_rows(rows.data(), static_cast<int64_t>(rows.size()));
+  };
+  for (size_t t = 0; t < m.tables.size() && t < q.ids.size(); ++t)
+    touch_ids(m.tables[t], m.cfg.tables[t], q.ids[t]);
+  for (size_t k = 0; k < m.item_tables.size(); ++k) {
+    if (k < q.item_ids.size()) touch_ids(m.item_tables[k], m.cfg.item_tables[k], q.item_ids[k]);
+    if (k < q.seq_ids.size()) touch_ids(m.item_tables[k], m.cfg.item_tables[k], q.seq_ids[k]);
+  }
+  return pages;
+}
+
 const std::vector<EmbeddingTable>& RecModel::tables() const { return impl_->tables; }
 const std::vector<EmbeddingTable>& RecModel::item_tables() const { return impl_->item_tables; }
 

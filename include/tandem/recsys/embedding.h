@@ -114,6 +114,11 @@ class TANDEM_API EmbeddingTable {
   // With a cache, rows are served from it when present and inserted after a miss.
   void pooled_lookup(const int64_t* ids, const int64_t* offsets, int64_t bags, Pooling mode,
                      float* out, int64_t out_stride, HotRowCache* cache = nullptr) const;
+  // Early touch (the recsys spec §2.8, prefetch on the CPU executor): reads one byte of every page
+  // the rows [rows[i]] span, so that a mapped table's pages are resident before a lookup needs
+  // them (page faults taken here, on the caller's thread, not in the lookup). Returns the distinct
+  // pages read; 0 for a table in memory (nothing to fetch). Rows outside [0, rows) are skipped.
+  int64_t touch_rows(const int64_t* rows, int64_t n) const;
   // Same, but ids are hashed to rows with `salt` first.
   void pooled_lookup_hashed(const int64_t* raw_ids, const int64_t* offsets, int64_t bags,
                             uint64_t salt, Pooling mode, float* out, int64_t out_stride,

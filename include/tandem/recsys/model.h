@@ -174,6 +174,11 @@ class TANDEM_API RecModel {
   // Embedding tables (for statistics, benchmarks and caches).
   const std::vector<EmbeddingTable>& tables() const;
   const std::vector<EmbeddingTable>& item_tables() const;
+  // Early touch of a query's rows in the mapped tables (EmbeddingTable::touch_rows): the pooled
+  // tables' ids (hashed first where the table hashes) and the item tables' candidate and behaviour
+  // ids; WnD's wide tables (one f32 per row) are left to the lookup. Returns the pages read (0 when
+  // no table is mapped). Thread-safe, like lookups.
+  int64_t touch(const QueryInputs& query) const;
   // Attaches a hot-row cache of `rows_per_table` rows to every pooled table (0 removes them).
   // Not thread-safe: call it while no query runs.
   void set_cache_rows(int64_t rows_per_table);
