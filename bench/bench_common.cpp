@@ -13,6 +13,7 @@
 
 #include "tandem/core/backend.h"
 #include "tandem/core/dtype.h"
+#include "tandem/llm/synthetic_model.h"
 #include "tandem/ops/ops.h"
 
 #if TANDEM_HAVE_OPENBLAS
@@ -69,28 +70,8 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
 
 // K-quants have no quantizer (read-only weight formats): random code bytes with small finite
 // super-block scales, as a GGUF file would hold.
-Tensor random_kquant(int64_t rows, int64_t cols, DType dtype, uint64_t seed) {
-  Tensor t = Tensor::empty({rows, cols}, dtype);
-  std::mt19937_64 rng(seed);
-  auto* p = static_cast<uint8_t*>(t.raw_data());
-  for (int64_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng() >> 56);
-  const int64_t bb = dtype_block_bytes(dtype);
-  const uint16_t d = f32_to_f16(dtype == DType::kQ4_K ? 0.004f : 0.0005f),
-                 dmin = f32_to_f16(0.002f);
-  for (int64_t b = 0; b < t.nbytes() / bb; ++b) {
-    uint8_t* blk = p + b * bb;
-    if (dtype == DType::kQ4_K) {
-      std::memcpy(blk, &d, 2);
-      std::memcpy(blk + 2, &dmin, 2);
-    } else {
-      std::memcpy(blk + bb - 2, &d, 2);  // Q6_K: d is the block's last two bytes
-    }
-  }
-  return t;
-}
-
 Tensor random_weight(int64_t rows, int64_t cols, DType dtype, uint64_t seed) {
-  if (dtype_is_k_quant(dtype)) return random_kquant(rows, cols, dtype, seed);
+  if (dtype_is_k_quant(dtype)) return llm::random_kquant({rows, cols}, dtype, 1.0f, seed);
   Tensor f = random_tensor({rows, cols}, seed);
   if (dtype == DType::kF32) return f;
   Tensor w = Tensor::empty({rows, cols}, dtype);

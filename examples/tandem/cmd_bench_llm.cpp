@@ -392,7 +392,7 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "llama7b, mistral7b, tinyllama, smollm2-135m (e.g. llama7b:2); cached after the "
                   "first run");
   sub->add_option("--synthetic-dtype", o->synthetic_dtype, "Weight type of --synthetic")
-      ->check(CLI::IsMember({"q4_0", "q4_1", "q8_0", "f16", "f32"}))
+      ->check(CLI::IsMember({"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "f16", "f32"}))
       ->capture_default_str();
   sub->add_option("-p,--prompt-tokens", o->prompt_tokens, "Prompt tokens (llama-bench -p)")
       ->check(CLI::Range(1, 1 << 20));

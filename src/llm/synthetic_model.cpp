@@ -2,8 +2,10 @@
 // Synthetic LLaMA GGUF files (see synthetic_model.h).
 #include "tandem/llm/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -29,9 +31,11 @@ uint64_t name_hash(const std::string& name) {
   return h;
 }
 
-// Uniform values in [offset - scale, offset + scale], converted to `dtype`.
+// Uniform values in [offset - scale, offset + scale], converted to `dtype` (the K-quants, which
+// have no quantizer here: random_kquant of that scale).
 Tensor noise(const std::string& name, const Shape& shape, float scale, float offset, DType dtype,
              uint64_t seed) {
+  if (dtype_is_k_quant(dtype)) return random_kquant(shape, dtype, scale, seed ^ name_hash(name));
   Tensor f = Tensor::empty(shape, DType::kF32);
   float* p = f.data<float>();
   uint64_t s = seed ^ name_hash(name);
@@ -75,6 +79,35 @@ void add_vocabulary(GgufWriter& w, int64_t n) {
 }
 
 }  // namespace
+
+Tensor random_kquant(const Shape& shape, DType dtype, float scale, uint64_t seed) {
+  if (!dtype_is_k_quant(dtype) || shape.rank() != 2 || shape[1] % 256 != 0)
+    throw InvalidArgument(cat("random_kquant: ", dtype_name(dtype), " ", shape.to_string(),
+                              " (Q4_K or Q6_K, rows a multiple of 256)"));
+  Tensor t = Tensor::empty(shape, dtype);
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  uint64_t s = seed;
+  for (int64_t i = 0; i < t.nbytes(); i += 8) {
+    const uint64_t r = splitmix(s);
+    std::memcpy(p + i, &r, static_cast<size_t>(std::min<int64_t>(8, t.nbytes() - i)));
+  }
+  // Q4_K: value = d * sc * q - dmin * m, sc and m random 6-bit, q random 4-bit: d = scale / 472
+  // keeps |value| within about 2 scale, and dmin = 7.5 d centres it. Q6_K: value = d * sc * (q -
+  // 32), sc a random int8, q random 6-bit: d = scale / 2048.
+  const int64_t bb = dtype_block_bytes(dtype);
+  const uint16_t d = f32_to_f16(scale / (dtype == DType::kQ4_K ? 472.0f : 2048.0f));
+  const uint16_t dmin = f32_to_f16(7.5f * scale / 472.0f);
+  for (int64_t b = 0; b < t.nbytes() / bb; ++b) {
+    uint8_t* blk = p + b * bb;
+    if (dtype == DType::kQ4_K) {
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &dmin, 2);
+    } else {
+      std::memcpy(blk + bb - 2, &d, 2);  // Q6_K: d is the block's last two bytes
+    }
+  }
+  return t;
+}
 
 std::vector<std::string> synthetic_preset_names() {
   return {"llama7b", "mistral7b", "tinyllama", "smollm2-135m"};

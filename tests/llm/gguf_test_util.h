@@ -17,30 +17,15 @@
 #include "common/temp_dir.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/tensor.h"
+#include "tandem/llm/synthetic_model.h"
 
 namespace tandem::llm::testing {
 
 using tandem::fixtures::TempDir;
 
-// Random K-quant blocks with small finite scales (the rest of each block is random bytes).
+// Random K-quant weights (llm::random_kquant), seeded from the test's generator.
 inline Tensor random_kquant(const Shape& s, DType dt, std::mt19937_64& rng) {
-  Tensor t = Tensor::empty(s, dt);
-  auto* p = static_cast<uint8_t*>(t.raw_data());
-  for (int64_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng() >> 56);
-  std::uniform_real_distribution<float> u(0.5f, 1.5f);
-  const int64_t blocks = s.numel() / 256, bb = dtype_block_bytes(dt);
-  for (int64_t b = 0; b < blocks; ++b) {
-    uint8_t* blk = p + b * bb;
-    if (dt == DType::kQ4_K) {
-      const uint16_t d = f32_to_f16(0.004f * u(rng)), dmin = f32_to_f16(0.002f * u(rng));
-      std::memcpy(blk, &d, 2);
-      std::memcpy(blk + 2, &dmin, 2);
-    } else {
-      const uint16_t d = f32_to_f16(0.0005f * u(rng));
-      std::memcpy(blk + 208, &d, 2);
-    }
-  }
-  return t;
+  return llm::random_kquant(s, dt, 1.0f, rng());
 }
 
 inline void write_file(const std::string& path, const std::vector<uint8_t>& bytes, size_t n) {

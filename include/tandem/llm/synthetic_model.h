@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tandem/core/dtype.h"
+#include "tandem/core/tensor.h"
 #include "tandem/export.h"
 
 namespace tandem::llm {
@@ -31,7 +32,8 @@ struct SyntheticLlamaConfig {
   int64_t vocab_size = 32000;
   int64_t context_length = 4096;
   float rope_theta = 10000.0f;
-  DType weight_dtype = DType::kQ4_1;  // projections; token_embd and output use it too
+  DType weight_dtype = DType::kQ4_1;  // projections; token_embd and output use it too (Q4_K and
+                                      // Q6_K: random_kquant blocks, there is no quantizer)
   uint64_t seed = 1;
 };
 
@@ -39,6 +41,13 @@ struct SyntheticLlamaConfig {
 // real model; set n_layers to what fits). NotFound listing the names for anything else.
 TANDEM_API SyntheticLlamaConfig synthetic_preset(const std::string& name);
 TANDEM_API std::vector<std::string> synthetic_preset_names();
+
+// Random GGUF K-quant weights [rows, cols] (Q4_K or Q6_K, cols a multiple of 256): random codes
+// and sub-block scales, each super-block's d (and Q4_K's dmin) set so that values lie within
+// about 2 x `scale` around 0. Deterministic for a seed. For benchmarks and tests of the K-quant
+// kernels and for synthetic models: tandem has no K-quant quantizer. InvalidArgument for another
+// dtype or shape.
+TANDEM_API Tensor random_kquant(const Shape& shape, DType dtype, float scale, uint64_t seed);
 
 // Writes the model (IoError when the file cannot be written; InvalidArgument for shapes the
 // architecture does not allow, such as heads that do not divide d_model or a block-quantized type
