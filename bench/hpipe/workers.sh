@@ -3,7 +3,8 @@
 # HPipe and its baselines (Base, GPipe, GP-B, TeraPipe) on SmolLM2 over 3 local `tandem worker`
 # processes (tcp loopback, CURVE key, worker to worker) at L = 512 and 1024: each system's plan
 # (batch BATCH, default 2) runs through `tandem pipeline run` with --verify, REPS interleaved rounds
-# (default 3; the system order rotates each round), the 1-minute load average recorded beside each
+# (default 3; the system order rotates each round; FIRST_ROUND=k starts at round k, e.g. to redo a
+# round into the same OUTDIR), the 1-minute load average recorded beside each
 # run. The planners price the plans with OUTDIR/hpipe-profile-smollm2.json, profiled first on this
 # machine when absent. Writes plans and one run JSON per (round, L, system) into OUTDIR; summarise
 # with bench/hpipe/workers_summary.py. Usage: bench/hpipe/workers.sh TANDEM OUTDIR [REPS] (repo root)
@@ -28,7 +29,7 @@ done
 start_workers3 $T $D
 # --no-links: the real loopback hops (worker to worker), not emulated 1 Gbps links. No --requests:
 # each run is the plan's batch (micro_batches requests of batch / micro_batches prompts).
-for r in $(seq $REPS); do
+for r in $(seq ${FIRST_ROUND:-1} $REPS); do
   for L in 512 1024; do
     for k in $(seq 0 $((${#SYSTEMS[@]} - 1))); do
       s=${SYSTEMS[$(( (k + r - 1) % ${#SYSTEMS[@]} ))]}
