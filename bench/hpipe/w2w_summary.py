@@ -3,24 +3,19 @@
 # Summarises bench/hpipe/w2w.sh's runs: per (L, topology) the min and median makespan (all the run's
 # requests), the best and median throughput, bytes through the coordinator and between the workers.
 # Usage: w2w_summary.py OUTDIR OUT.json  (prints the markdown table)
-import glob
 import json
-import os
-import re
 import statistics
 import sys
 
-from run_stats import bit_exact, measured, run_record
+from run_stats import bit_exact, md_row, measured, run_record, run_reports
 
 
 def main():
     d, out_json = sys.argv[1], sys.argv[2]
     runs = {}
-    for path in sorted(glob.glob(os.path.join(d, "run-*-L*-r*.json"))):
-        topo, L, rep = re.match(r"run-(\w+)-L(\d+)-r(\d+)\.json", os.path.basename(path)).groups()
-        j = json.load(open(path))
-        runs.setdefault((int(L), topo), []).append(run_record(
-            j, round=int(rep), requests=j["requests"],
+    for topo, L, rep, _, j in run_reports(d):
+        runs.setdefault((L, topo), []).append(run_record(
+            j, round=rep, requests=j["requests"],
             coordinator_bytes=j["topology"]["coordinator_bytes"],
             worker_to_worker_bytes=j["topology"]["worker_to_worker_bytes"],
             predicted_latency_s=j["predicted"].get("latency_s")))
@@ -35,10 +30,10 @@ def main():
                "worker_to_worker_bytes": statistics.median(r["worker_to_worker_bytes"] for r in rs)}
         rows.append(row)
         lat, thr = m["makespan_s"], m["throughput_tokens_per_s"]
-        print(f'| {L} | {"hub-and-spoke" if topo == "hub" else "worker-to-worker"} | {len(rs)} '
-              f'| {lat["min"]:.3f} s | {lat["median"]:.3f} s | {thr["best"]:.1f} '
-              f'| {thr["median"]:.1f} | {row["coordinator_bytes"]:,.0f} '
-              f'| {row["worker_to_worker_bytes"]:,.0f} | {rs[0]["direct_hops"]} | {bit_exact(rs)} |')
+        print(md_row(L, "hub-and-spoke" if topo == "hub" else "worker-to-worker", len(rs),
+                     f'{lat["min"]:.3f} s', f'{lat["median"]:.3f} s', f'{thr["best"]:.1f}',
+                     f'{thr["median"]:.1f}', f'{row["coordinator_bytes"]:,.0f}',
+                     f'{row["worker_to_worker_bytes"]:,.0f}', rs[0]["direct_hops"], bit_exact(rs)))
     json.dump({"rows": rows}, open(out_json, "w"), indent=2)
 
 

@@ -4,24 +4,19 @@
 # the planner's predicted latency and throughput beside the measured makespan and throughput (min /
 # median over the rounds), the error of the median, the load average at each run, and --verify's
 # bit-exact count. Usage: workers_summary.py OUTDIR OUT.json  (prints the markdown table)
-import glob
 import json
 import os
-import re
 import sys
 
-from run_stats import bit_exact, measured, run_record
+from run_stats import bit_exact, md_row, measured, run_record, run_reports
 
 
 def main():
     d, out_json = sys.argv[1], sys.argv[2]
     runs = {}
-    for path in sorted(glob.glob(os.path.join(d, "run-*-L*-r*.json"))):
-        system, L, rep = re.match(r"run-(.+)-L(\d+)-r(\d+)\.json", os.path.basename(path)).groups()
-        j = json.load(open(path))
+    for system, L, rep, path, j in run_reports(d):
         load = float(open(path[:-len(".json")] + ".load").read().split()[0])
-        runs.setdefault((int(L), system), []).append(
-            run_record(j, round=int(rep), load_1min=load))
+        runs.setdefault((L, system), []).append(run_record(j, round=rep, load_1min=load))
     order = ["base", "gpipe", "gp-b", "terapipe", "hpipe"]
     rows = []
     print("| L | system | layer cuts | slices x packets | predicted latency | measured, min | median "
@@ -41,10 +36,10 @@ def main():
                "measured": m, "error_of_median": err,
                "load_1min": {"min": min(loads), "max": max(loads)}, "runs": rs}
         rows.append(row)
-        print(f'| {L} | {system} | {plan["cuts"]} | {len(plan["slices"])} x {plan["micro_batches"]} '
-              f'| {pred["latency_s"]:.3f} s | {lat["min"]:.3f} s | {lat["median"]:.3f} s '
-              f'| {100 * err:+.1f} % | {pred["throughput_per_s"]:.1f} | {thr["median"]:.1f} '
-              f'| {min(loads):.1f}-{max(loads):.1f} | {bit_exact(rs)} |')
+        print(md_row(L, system, plan["cuts"], f'{len(plan["slices"])} x {plan["micro_batches"]}',
+                     f'{pred["latency_s"]:.3f} s', f'{lat["min"]:.3f} s', f'{lat["median"]:.3f} s',
+                     f'{100 * err:+.1f} %', f'{pred["throughput_per_s"]:.1f}',
+                     f'{thr["median"]:.1f}', f'{min(loads):.1f}-{max(loads):.1f}', bit_exact(rs)))
     json.dump({"rows": rows}, open(out_json, "w"), indent=2)
 
 
