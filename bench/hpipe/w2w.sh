@@ -12,16 +12,8 @@ for L in 512 1024; do
   $T hpipe plan --profile docs/results/hpipe-profile-smollm2.json --cluster $C --prompt-len $L \
       --system hpipe -o $D/plan-L$L.json > $D/plan-L$L.out 2>&1 || { cat $D/plan-L$L.out; exit 1; }
 done
-$T worker --gen-key $D/cluster.key
-PIDS=()
-for n in fast mid slow; do
-  rm -f $D/$n.ep
-  $T worker --listen tcp://127.0.0.1:0 --key $D/cluster.key --endpoint-file $D/$n.ep -t 1 > $D/$n.log 2>&1 &
-  PIDS+=($!)
-done
-trap 'kill ${PIDS[*]} 2>/dev/null' EXIT
-for n in fast mid slow; do for i in $(seq 100); do [ -s $D/$n.ep ] && break; sleep 0.1; done; done
-W="fast=$(cat $D/fast.ep),mid=$(cat $D/mid.ep),slow=$(cat $D/slow.ep)"
+. bench/hpipe/workers3.sh
+start_workers3 $T $D
 # --no-links: an emulated link models the hop itself and keeps it hub and spoke; here the real
 # loopback hops are compared. --last-only: the head returns the last token's logits only.
 for r in $(seq $REPS); do

@@ -65,18 +65,20 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   if (!out) throw IoError("cannot write '" + path + "'");
 }
 
-// The first stage decides what a request's micro-batch looks like.
-Tensor make_input(const nlohmann::json& first, int64_t tokens, const PipelineRunOptions& o,
-                  uint64_t request, int32_t micro) {
+// The first stage decides what a request's micro-batch looks like; an embedding stage takes
+// `sequences` prompts of `tokens` ids at once ([tokens] for one, [sequences, tokens] for more).
+Tensor make_input(const nlohmann::json& first, int64_t tokens, int64_t sequences,
+                  const PipelineRunOptions& o, uint64_t request, int32_t micro) {
   std::mt19937_64 rng(o.seed * 1000003 + request * 7919 + static_cast<uint64_t>(micro));
   if (first.value("embed", false)) {
     const int64_t vocab = first.contains("vocab") && first["vocab"].is_number_integer()
                               ? first["vocab"].get<int64_t>()
                               : o.vocab;
-    std::vector<int32_t> ids(static_cast<size_t>(tokens));
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * sequences));
     for (auto& id : ids)
       id = static_cast<int32_t>(rng() % static_cast<uint64_t>(std::max<int64_t>(vocab, 1)));
-    return Tensor::from_vector(ids, Shape{tokens}, DType::kI32);
+    return Tensor::from_vector(ids, sequences == 1 ? Shape{tokens} : Shape{sequences, tokens},
+                               DType::kI32);
   }
   for (const char* key : {"d", "d_model"})
     if (first.contains(key) && first[key].is_number_integer())
@@ -88,6 +90,11 @@ Tensor make_input(const nlohmann::json& first, int64_t tokens, const PipelineRun
 
 bool is_layer_plan(const sched::PipelinePlan& plan) {
   return plan.stages.front().kind() == "llm.layers";
+}
+
+// Prompts in each request's packets (layer_stages() checked that micro_batches divides batch).
+int64_t sequences_per_request(const sched::PipelinePlan& plan) {
+  return plan.batch > 0 ? plan.batch / plan.micro_batches : 1;
 }
 
 // What --verify compares against: for an LLM plan, the whole model on one device (independent of
@@ -146,6 +153,9 @@ int run_pipeline(const PipelineRunOptions& o) {
     slices = {plan.prompt_len};
   }
   const int n_requests = o.requests > 0 ? o.requests : static_cast<int>(plan.micro_batches);
+  // An LLM plan's batch runs as micro_batches requests of batch / micro_batches prompts each
+  // (GPipe and the token-sliced systems: one prompt per request; Base: the whole batch at once).
+  const int64_t sequences = is_layer_plan(plan) ? sequences_per_request(plan) : 1;
   auto make_requests = [&] {
     std::vector<sched::Request> rs;
     for (int r = 0; r < n_requests; ++r) {
@@ -154,8 +164,8 @@ int run_pipeline(const PipelineRunOptions& o) {
       int64_t pos = 0;
       for (size_t m = 0; m < slices.size(); ++m) {
         sched::Packet p;
-        p.tensors.push_back(
-            make_input(plan.stages[0].stage, slices[m], o, q.id, static_cast<int32_t>(m)));
+        p.tensors.push_back(make_input(plan.stages[0].stage, slices[m], sequences, o, q.id,
+                                       static_cast<int32_t>(m)));
         p.meta = {{"pos_start", pos}, {"seq", m}};
         if (o.last_only) p.meta["last_only"] = true;
         pos += slices[m];
@@ -169,7 +179,8 @@ int run_pipeline(const PipelineRunOptions& o) {
   sched::Pipeline pipe(plan, cluster, workers, po);
   sched::RunReport r = pipe.run(make_requests());
   nlohmann::json j = r.to_json();
-  const int64_t tokens = n_requests * std::accumulate(slices.begin(), slices.end(), int64_t{0});
+  const int64_t tokens =
+      n_requests * sequences * std::accumulate(slices.begin(), slices.end(), int64_t{0});
   j["plan"] = o.plan;
   j["cluster"] = cluster_path;
   j["system"] = plan.system;
@@ -193,8 +204,9 @@ int run_pipeline(const PipelineRunOptions& o) {
     j["verify"] = {{"bit_exact", equal}, {"outputs", total}};
   }
 
-  std::printf("pipeline %s (%s): %d requests x %zu slices, %lld tokens\n", o.plan.c_str(),
-              plan.system.c_str(), n_requests, slices.size(), static_cast<long long>(tokens));
+  std::printf("pipeline %s (%s): %d requests x %lld prompts x %zu slices, %lld tokens\n",
+              o.plan.c_str(), plan.system.c_str(), n_requests, static_cast<long long>(sequences),
+              slices.size(), static_cast<long long>(tokens));
   std::printf("| timeline | device | packets | busy s | utilisation | bubble s | queue max |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& t : j["timelines"])
@@ -397,7 +409,9 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "DEVICE=ENDPOINT (tcp://host:port or local), repeatable or comma-separated")
       ->delimiter(',');
   run->add_option("--key", o->key, "Cluster CURVE key file for tcp:// workers");
-  run->add_option("--requests", o->requests, "Requests (default: the plan's micro_batches)")
+  run->add_option("--requests", o->requests,
+                  "Requests (default: the plan's micro_batches; an LLM plan's request holds "
+                  "batch / micro_batches prompts)")
       ->check(CLI::Range(0, 1 << 20));
   run->add_option("--queue", o->queue, "Queue capacity between stages")
       ->check(CLI::Range(1, 1 << 16))

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fault suite of the LLM pipeline (issue 16, label "fault"): 16 requests in flight over 3
 // `tandem worker` processes while worker 1 is SIGKILLed or SIGSTOPped -> every request answered
-// exactly once, bit-equal to the fault-free run, and a second batch runs on the survivors; a
+// exactly once, bit-equal to the fault-free run, and a second batch runs on the survivors (after
+// the SIGKILL HPipe's re-plan re-splits the layers over them with DP 1; after the SIGSTOP the
+// default re-plan moves the stopped worker's stage whole); a
 // coordinator whose plan does not fit the worker (another model hash, another model at the path, a
 // stage the model does not have, an unknown stage kind) is refused with a message naming the
 // worker, the stage kind and the hashes, and the worker then serves a valid plan.
@@ -33,21 +35,35 @@ class HpipeFault : public HpipeDist {
   }
 
   // 16 requests; `sig` hits worker 1 once the first answer is back. Then a second batch of 16 on
-  // the same coordinator, which must run on the two survivors.
-  void run_with_fault(int sig) {
+  // the same coordinator, which must run on the two survivors. `resplit`: HPipe's re-plan
+  // (replan_over_survivors: DP 1 re-splits the 6 layers over dev0 and dev2, two stages), else the
+  // default re-plan (dev1's stage moves whole to a survivor, three stages).
+  void run_with_fault(int sig, bool resplit) {
     auto map = start_workers(3);
     const PipelinePlan plan = hpipe_plan(model_path_, kCuts, kSlices);
     const auto first = prompts(16, 100), second = prompts(16, 300);
+    const ClusterSpec cluster = linked_cluster();
+    PipelineOptions o = wide_options();
+    o.emulate_links = false;  // the links are for the planner; hops stay worker to worker
+    PipelinePlan replanned;
+    if (resplit) {
+      o.replan_plan = [&, dp = llm::hpipe::replan_over_survivors(profile(), cluster)](
+                          const PipelinePlan& current, const std::vector<std::string>& failed,
+                          const std::vector<std::string>& alive) {
+        replanned = dp(current, failed, alive);
+        return replanned;
+      };
+    }
     RunReport clean_first, clean_second;
     {
-      Pipeline clean(plan, slow_middle_cluster(), map, wide_options());
+      Pipeline clean(plan, cluster, map, o);
       clean_first = clean.run(requests(first, kSlices));
       clean_second = clean.run(requests(second, kSlices, 500));
       ASSERT_EQ(clean_first.replans + clean_second.replans, 0);
       ASSERT_EQ(clean_first.direct_hops, 2);  // worker to worker (the default topology)
     }
 
-    Pipeline pipe(plan, slow_middle_cluster(), map, wide_options());
+    Pipeline pipe(plan, cluster, map, o);
     std::map<uint64_t, int> delivered;
     bool faulted = false;
     const RunReport r =
@@ -65,7 +81,25 @@ class HpipeFault : public HpipeDist {
     ASSERT_FALSE(r.events.empty());
     EXPECT_NE(r.events[0].find("lost device 'dev1'"), std::string::npos) << r.events[0];
     expect_bit_equal(r.outputs, clean_first.outputs);
-    EXPECT_EQ(r.direct_hops, 2);  // the re-planned pipeline forwards worker to worker too
+    if (resplit) {
+      // The layers per surviving worker are DP 1's over dev0 and dev2 (its cut, not dev1's stage
+      // moved whole); the token slices are the running plan's.
+      ClusterSpec survivors = cluster;
+      survivors.devices.erase(survivors.devices.begin() + 1);
+      std::erase_if(survivors.links,
+                    [](const LinkProfile& l) { return l.from == "dev1" || l.to == "dev1"; });
+      const std::vector<int> want = llm::hpipe::partition_layers(profile(), survivors, 96, 1);
+      EXPECT_EQ(llm::hpipe::layer_stages(replanned).cuts(), want);
+      EXPECT_EQ(r.final_devices, (std::vector<std::string>{"dev0", "dev2"}));
+      EXPECT_EQ(replanned.slices, plan.slices);
+      ASSERT_GE(r.events.size(), 2u);
+      EXPECT_NE(r.events[1].find("re-plan: 2 stages over dev0, dev2"), std::string::npos)
+          << r.events[1];
+      EXPECT_EQ(r.direct_hops, 1);  // the one hop left forwards worker to worker
+    } else {
+      EXPECT_EQ(r.final_devices.size(), 3u);
+      EXPECT_EQ(r.direct_hops, 2);  // the re-planned pipeline forwards worker to worker too
+    }
 
     // Still serving: the next batch runs on dev0 and dev2 alone, each answer once and unchanged.
     delivered.clear();
@@ -96,9 +130,9 @@ class HpipeFault : public HpipeDist {
   }
 };
 
-TEST_F(HpipeFault, WorkerKilledWithSixteenRequestsInFlight) { run_with_fault(SIGKILL); }
+TEST_F(HpipeFault, WorkerKilledWithSixteenRequestsInFlight) { run_with_fault(SIGKILL, true); }
 
-TEST_F(HpipeFault, WorkerStoppedWithSixteenRequestsInFlight) { run_with_fault(SIGSTOP); }
+TEST_F(HpipeFault, WorkerStoppedWithSixteenRequestsInFlight) { run_with_fault(SIGSTOP, false); }
 
 TEST_F(HpipeFault, PlanThatDoesNotFitTheWorkerIsRefusedWithAMessage) {
   auto map = start_workers(1);

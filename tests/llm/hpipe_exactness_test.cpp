@@ -2,11 +2,13 @@
 // HPipe exactness: a model split into 2-4 "llm.layers" stages (and the layer-range API under them)
 // run over uneven token slices with a KV cache per stage gives the logits of a single-device
 // Model::forward within f32 tolerance, decode continues over the same split, stages free their
-// caches on reset, and bad configs / packets are refused. Also the in-process replay of a plan.
+// caches on reset, a packet of several prompts equals each prompt alone, and bad configs / packets
+// are refused. Also the in-process replay of a plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -196,6 +198,49 @@ TEST_F(HpipeExactness, BadStageConfigsAndPacketsAreRefused) {
   p.meta = {{"pos_start", 0}};
   p.tensors[0] = Tensor::from_vector(std::vector<int32_t>{1, 999}, {2}, DType::kI32);
   EXPECT_THROW(stage->process(p), InvalidArgument);  // id outside the vocabulary
+  p.tensors[0] = Tensor::zeros({1, 2, 2}, DType::kI32);
+  try {
+    (void)stage->process(p);
+    ADD_FAILURE() << "rank-3 token ids were accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("rank-3 tensor; expected ids of rank 1 (one sequence) or 2"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// A packet of B prompts (Base's whole batch: ids [B, T]) gives each prompt's logits bit for bit as
+// that prompt alone, slice after slice on its own cache.
+TEST_F(HpipeExactness, BatchedPacketEqualsItsPromptsAlone) {
+  const std::vector<std::vector<int32_t>> ps = {prompt(24, 11), prompt(24, 12)};
+  auto run = [&](const std::vector<std::vector<int32_t>>& prompts) {
+    auto stage = sched::make_stage(stage_json(0, 6, true, true));
+    std::vector<Tensor> out;
+    for (int start : {0, 16}) {
+      std::vector<int32_t> ids;
+      for (const auto& q : prompts)
+        ids.insert(ids.end(), q.begin() + start, q.begin() + start + (start ? 8 : 16));
+      const int64_t t = start ? 8 : 16, b = static_cast<int64_t>(prompts.size());
+      sched::Packet p;
+      p.request_id = 1;
+      p.meta = {{"pos_start", start}};
+      p.tensors.push_back(Tensor::from_vector(ids, b == 1 ? Shape{t} : Shape{b, t}, DType::kI32));
+      out.push_back(stage->process(std::move(p)).tensors.at(0));
+    }
+    return out;
+  };
+  const auto both = run(ps);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto alone = run({ps[i]});
+    for (size_t k = 0; k < alone.size(); ++k) {
+      const Tensor row = both[k].select(0, static_cast<int64_t>(i)).contiguous();
+      ASSERT_EQ(row.shape(), alone[k].shape());
+      EXPECT_EQ(std::memcmp(row.raw_data(), alone[k].raw_data(), static_cast<size_t>(row.nbytes())),
+                0)
+          << "prompt " << i << " slice " << k;
+    }
+  }
 }
 
 TEST_F(HpipeExactness, ReplayOfAPlanMatchesAndTimesEveryStage) {

@@ -20,6 +20,7 @@
 #include "sched/child_worker.h"
 #include "sched/sched_test_util.h"
 #include "tandem/llm/hpipe.h"
+#include "tandem/llm/hpipe_profile.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/synthetic_model.h"
 #include "tandem/sched/client.h"
@@ -166,6 +167,73 @@ class HpipeDist : public ::testing::Test {
   }
   // dev1 slow so that slices are in flight when it dies.
   static ClusterSpec slow_middle_cluster() { return test::slow_middle_cluster(0.1); }
+  // The same devices linked dev0 - dev1 - dev2 and dev0 - dev2 (the planners need a link between
+  // consecutive devices, also after dev1 is lost); runs leave the links unemulated so that every
+  // hop stays worker to worker.
+  static ClusterSpec linked_cluster(double slow = 0.1) {
+    ClusterSpec c = test::slow_middle_cluster(slow);
+    for (const auto& [a, b] : std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {0, 2}})
+      c.links.push_back({"dev" + std::to_string(a), "dev" + std::to_string(b), 1e10, 1e-5, ""});
+    return c;
+  }
+  // The suite model's HPipe profile, measured here once on a coarse grid (milliseconds).
+  static const llm::hpipe::ModelProfile& profile() {
+    static const llm::hpipe::ModelProfile p = [] {
+      llm::hpipe::ProfileOptions po;
+      po.slice_lengths = {8, 32};
+      po.context_lengths = {32, 64};
+      po.repeats = 3;  // best of 3: one slow sample on a loaded machine would skew the fit
+      return llm::hpipe::profile_model(llm::Model::load(model_path_), model_path_, po);
+    }();
+    return p;
+  }
+  // A planned batch's requests: micro_batches requests of batch / micro_batches prompts each
+  // (ids [T] for one prompt, [P, T] for P), prompts[r * P + i] the i-th of request first_id + r.
+  static std::vector<Request> plan_requests(const PipelinePlan& plan,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            uint64_t first_id = 200) {
+    const int64_t per = plan.batch / plan.micro_batches;
+    std::vector<Request> rs;
+    for (int64_t r = 0; r < plan.micro_batches; ++r) {
+      Request q;
+      q.id = first_id + static_cast<uint64_t>(r);
+      int64_t off = 0;
+      for (size_t m = 0; m < plan.slices.size(); ++m) {
+        const int64_t t = plan.slices[m];
+        std::vector<int32_t> ids;
+        for (int64_t i = 0; i < per; ++i) {
+          const auto& pr = prompts[static_cast<size_t>(r * per + i)];
+          ids.insert(ids.end(), pr.begin() + off, pr.begin() + off + t);
+        }
+        Packet p;
+        p.tensors.push_back(
+            Tensor::from_vector(ids, per == 1 ? Shape{t} : Shape{per, t}, DType::kI32));
+        p.meta = {{"pos_start", off}, {"seq", m}};
+        off += t;
+        q.micros.push_back(std::move(p));
+      }
+      rs.push_back(std::move(q));
+    }
+    return rs;
+  }
+  // The outputs of plan_requests' requests per prompt (request first_id + r * P + i holds the i-th
+  // prompt's slices of request first_id + r), as expect_matches_forward reads them.
+  static std::map<uint64_t, std::vector<Packet>> per_prompt(
+      const PipelinePlan& plan, const std::map<uint64_t, std::vector<Packet>>& outputs,
+      uint64_t first_id = 200) {
+    const int64_t per = plan.batch / plan.micro_batches;
+    std::map<uint64_t, std::vector<Packet>> out;
+    for (const auto& [id, packets] : outputs)
+      for (const Packet& p : packets)
+        for (int64_t i = 0; i < per; ++i) {
+          Packet one;
+          one.tensors.push_back(per == 1 ? p.tensors.at(0)
+                                         : p.tensors.at(0).select(0, i).contiguous());
+          out[first_id + (id - first_id) * static_cast<uint64_t>(per) + static_cast<uint64_t>(i)]
+              .push_back(std::move(one));
+        }
+    return out;
+  }
 
   inline static fs::path suite_dir_;
   inline static std::string model_path_;

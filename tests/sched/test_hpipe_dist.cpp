@@ -2,7 +2,8 @@
 // HPipe over real worker processes: a plan of "llm.layers" stages (HPipe's plan format, token
 // slices) runs over 3 `tandem worker` processes on tcp loopback holding a cluster key; each worker
 // loads the generated LLaMA GGUF by path and checks its sha256. Checks: the logits equal
-// single-device Model::forward within f32 tolerance (max |diff| <= 1e-4 x max(1, max |logit|));
+// single-device Model::forward within f32 tolerance (max |diff| <= 1e-4 x max(1, max |logit|)),
+// for a hand-cut HPipe plan and for the plan of every registered HPipe-family planner (batch 2);
 // a worker SIGKILLed mid-run -> every request answered exactly once, bit-equal to the fault-free
 // run; a coordinator holding another key is refused (and the worker logs it). The same run on
 // the real SmolLM2 (when cached; skipped otherwise) with a Q4_1 tolerance of 1e-3.
@@ -27,6 +28,31 @@ TEST_F(HpipeDist, ThreeWorkerProcessesMatchSingleDeviceForward) {
   EXPECT_EQ(r.replans, 0);
   EXPECT_EQ(r.final_devices, (std::vector<std::string>{"dev0", "dev1", "dev2"}));
   expect_matches_forward(model_path_, prompts, r.outputs, 1e-4);
+}
+
+// Every registered HPipe-family planner's plan (Base: the batch as one packet; GPipe / GP-B: one
+// prompt per micro-batch; TeraPipe / HPipe / uniform-K: token slices) runs over the same 3 worker
+// processes and equals single-device Model::forward for every prompt of the batch.
+TEST_F(HpipeDist, EveryPlannersPlanRunsOverThreeWorkersAndMatchesForward) {
+  auto map = start_workers(3);
+  const ClusterSpec cluster = linked_cluster(0.5);
+  PipelineOptions o = options();
+  o.emulate_links = false;
+  llm::hpipe::PlanOptions po;
+  po.batch = 2;
+  std::vector<std::vector<int32_t>> prompts = {prompt(96, 21, 300), prompt(96, 22, 300)};
+  for (const std::string system : {"base", "gpipe", "gp-b", "terapipe", "hpipe", "uniform-4"}) {
+    SCOPED_TRACE(system);
+    const PipelinePlan plan = llm::hpipe::layer_plan_for_run(
+        llm::hpipe::make_plan(profile(), cluster, "loopback3", 96, system, po), system);
+    EXPECT_EQ(plan.micro_batches, system == "base" ? 1 : 2);
+    Pipeline pipe(plan, cluster, map, o);
+    const RunReport r = pipe.run(plan_requests(plan, prompts));
+    EXPECT_EQ(r.replans, 0);
+    EXPECT_EQ(r.final_devices, (std::vector<std::string>{"dev0", "dev1", "dev2"}));
+    EXPECT_EQ(r.direct_hops, 2);
+    expect_matches_forward(model_path_, prompts, per_prompt(plan, r.outputs), 1e-4);
+  }
 }
 
 TEST_F(HpipeDist, KilledWorkerMidRunEveryAnswerOnceAndEqualToFaultFree) {

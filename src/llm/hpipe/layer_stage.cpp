@@ -4,11 +4,15 @@
 //   {"kind": "llm.layers", "model": "<gguf path>", "sha256": "<hex>" (checked when non-empty),
 //    "first_layer": a, "last_layer": b, "embed": bool, "head": bool}
 // Packets: meta {"pos_start": p} (positions p .. p+T-1), optional "last_only"; the first stage
-// takes I32 token ids [T], the others F32 hidden [T, d_model]; the last returns F32 logits. The
-// stage keeps one KvCache per request_id (so slice i attends to the slices before it) and frees
-// it in reset(). Stages of one process share the loaded model (one mapping per path).
+// takes I32 token ids [T], the others F32 hidden [T, d_model]; the last returns F32 logits. A
+// packet may carry B sequences of one request at once (Base's whole batch as one packet): ids
+// [B, T], hidden [B, T, d_model], logits [B, rows, vocab]; each sequence runs alone through the
+// same kernels, in order. The stage keeps one KvCache per request_id and sequence (so slice i
+// attends to the slices before it) and frees them in reset(). Stages of one process share the
+// loaded model (one mapping per path).
 #include <sys/stat.h>
 
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -16,6 +20,7 @@
 
 #include "../sha256.h"
 #include "tandem/core/error.h"
+#include "tandem/llm/hpipe.h"
 #include "tandem/llm/model.h"
 #include "tandem/sched/stage.h"
 
@@ -117,15 +122,15 @@ class LayerStage : public sched::Stage {
                                 " lacks a non-negative integer meta.pos_start"));
     }
     const Tensor& x = in.tensors[0];
-    if (x.rank() < 1) throw InvalidArgument("llm.layers: scalar input tensor");
-    const int64_t t = x.size(0), start = in.meta["pos_start"].get<int64_t>();
-    if (start + t > std::numeric_limits<int32_t>::max()) {
-      throw InvalidArgument(cat("llm.layers: positions ", start, " + ", t, " overflow"));
+    // One sequence: ids [T] or hidden [T, d]; a batch of them has one more (leading) dimension.
+    const int one = options_.embed ? 1 : 2;
+    if (x.rank() != one && x.rank() != one + 1) {
+      throw InvalidArgument(cat("llm.layers: packet of request ", in.request_id, " has a rank-",
+                                x.rank(), " tensor; expected ", options_.embed ? "ids" : "hidden",
+                                " of rank ", one, " (one sequence) or ", one + 1, " (a batch)"));
     }
-    std::vector<int32_t> pos(static_cast<size_t>(t));
-    for (int64_t i = 0; i < t; ++i) pos[i] = static_cast<int32_t>(start + i);
-    auto it = caches_.find(in.request_id);
-    if (it == caches_.end()) it = caches_.emplace(in.request_id, model_->make_cache()).first;
+    const bool batched = x.rank() == one + 1;
+    const int64_t start = in.meta["pos_start"].get<int64_t>();
     Model::LayerRangeOptions opt = options_;
     opt.last_only = options_.head && in.meta.contains("last_only") &&
                     in.meta["last_only"].is_boolean() && in.meta["last_only"].get<bool>();
@@ -134,17 +139,56 @@ class LayerStage : public sched::Stage {
     out.micro = in.micro;
     out.n_micro = in.n_micro;
     out.meta = std::move(in.meta);
-    out.tensors.push_back(model_->forward_layers(x, pos, it->second, first_, last_, opt));
+    if (!batched) {
+      out.tensors.push_back(run_sequence(x, start, {in.request_id, 0}, opt));
+      return out;
+    }
+    const int64_t b = x.size(0);
+    if (b < 1 || b > hpipe::kMaxBatch) {
+      throw InvalidArgument(cat("llm.layers: packet of request ", in.request_id, " holds ", b,
+                                " sequences (expected 1..", hpipe::kMaxBatch, ")"));
+    }
+    Tensor y;
+    for (int64_t i = 0; i < b; ++i) {
+      const Tensor yi = run_sequence(x.select(0, i).contiguous(), start, {in.request_id, i}, opt);
+      if (i == 0) {
+        std::vector<int64_t> dims = {b};
+        for (int d = 0; d < yi.rank(); ++d) dims.push_back(yi.size(d));
+        y = Tensor::empty(Shape(dims), yi.dtype());
+      }
+      std::memcpy(static_cast<char*>(y.raw_data()) + i * yi.nbytes(), yi.raw_data(),
+                  static_cast<size_t>(yi.nbytes()));
+    }
+    out.tensors.push_back(std::move(y));
     return out;
   }
 
-  void reset(uint64_t request_id) override { caches_.erase(request_id); }
+  void reset(uint64_t request_id) override {
+    caches_.erase(caches_.lower_bound({request_id, 0}),
+                  caches_.upper_bound({request_id, hpipe::kMaxBatch}));
+  }
 
  private:
+  using CacheKey = std::pair<uint64_t, int64_t>;  // request id, sequence in the packet
+
+  // One sequence's slice at positions start.. through the layers, on its own cache.
+  Tensor run_sequence(const Tensor& x, int64_t start, const CacheKey& key,
+                      const Model::LayerRangeOptions& opt) {
+    const int64_t t = x.size(0);
+    if (start + t > std::numeric_limits<int32_t>::max()) {
+      throw InvalidArgument(cat("llm.layers: positions ", start, " + ", t, " overflow"));
+    }
+    std::vector<int32_t> pos(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) pos[i] = static_cast<int32_t>(start + i);
+    auto it = caches_.find(key);
+    if (it == caches_.end()) it = caches_.emplace(key, model_->make_cache()).first;
+    return model_->forward_layers(x, pos, it->second, first_, last_, opt);
+  }
+
   std::shared_ptr<const Model> model_;
   int first_ = 0, last_ = 0;
   Model::LayerRangeOptions options_;
-  std::map<uint64_t, KvCache> caches_;
+  std::map<CacheKey, KvCache> caches_;
 };
 
 const sched::StageKindRegistration kLayerStage("llm.layers", [](const nlohmann::json& c) {

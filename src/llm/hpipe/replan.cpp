@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tandem/core/error.h"
+#include "tandem/core/log.h"
 #include "tandem/llm/hpipe.h"
 
 namespace tandem::llm::hpipe {
@@ -34,6 +35,12 @@ sched::PlanReplanFn replan_over_survivors(const ModelProfile& prof, const Cluste
     next.slices = current.slices;
     next.micro_batches = current.micro_batches;
     predict(next, prof, survivors);
+    std::string split;
+    for (const StagePlan& st : layer_stages(next, "HPipe re-plan").stages)
+      split += cat(split.empty() ? "" : ", ", "[", st.first_layer, ", ", st.last_layer, ") on ",
+                   st.device);
+    log().warn("HPipe re-plan ({}) over {} survivors: layers {}; predicted {:.4f} s", sys,
+               survivors.devices.size(), split, next.predicted.latency_s);
     return next;
   };
 }
