@@ -293,12 +293,15 @@ int run_rec_serve(const RecServeOptions& o) {
                                 ? run_sim_load(*policy, static_cast<SimExecutor&>(ex), pool, plo)
                                 : run_load(*policy, pool, plo));
     }
-    s = phase_stats.front();
+    s = phase_stats.front();  // with phases: counts summed, mean queue time over all of them
+    s.queue_ms.mean *= double(s.completed);
     for (size_t i = 1; i < phase_stats.size(); ++i) {
+      s.queue_ms.mean += phase_stats[i].queue_ms.mean * double(phase_stats[i].completed);
       s.completed += phase_stats[i].completed, s.errors += phase_stats[i].errors;
       s.rejected += phase_stats[i].rejected, s.timed_out += phase_stats[i].timed_out;
       s.measured_s += phase_stats[i].measured_s;
     }
+    s.queue_ms.mean /= double(std::max<int64_t>(1, s.completed));
     sched = policy->stats();
   }
   const int64_t host_peak = host.stats().peak_bytes - host_before;
@@ -352,8 +355,11 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"threads", cpu_num_threads()}}},
                         {"results", s.to_json()}};
     j["results"]["host_peak_bytes"] = host_peak;
-    if (phase_stats.size() > 1) {
-      j["results"]["phases"] = nlohmann::json::array();
+    if (phase_stats.size() > 1) {  // the phases' latencies apart; counts summed
+      j["results"] = {{"policy", s.policy},           {"completed", s.completed},
+                      {"errors", s.errors},           {"rejected", s.rejected},
+                      {"timed_out", s.timed_out},     {"measured_s", s.measured_s},
+                      {"host_peak_bytes", host_peak}, {"phases", nlohmann::json::array()}};
       for (size_t i = 0; i < phases.size(); ++i)
         j["results"]["phases"].push_back({{"clients", phases[i].first},
                                           {"duration_s", phases[i].second},
