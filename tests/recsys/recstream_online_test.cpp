@@ -62,7 +62,7 @@ TEST(RecStreamOnline, ForcedSwitchesOnTheCpuLoseNoQuery) {
   switcher.join();
   check_switch_stats(*p, s.completed);
   const nlohmann::json st = p->stats()["online"];
-  EXPECT_GE(forced, 3);
+  EXPECT_GE(forced, 2);
   EXPECT_GE(st["switches"].size(), 1u);  // the rest may have replaced one still waiting
   for (const auto& sw : st["switches"]) EXPECT_EQ(sw["reason"], "forced");
 }
