@@ -10,6 +10,8 @@
 //   tandem rec-serve --model din --rate 50 --policy dynamic-batch --trace din.trace.json
 //   tandem rec-serve --model rm2 --device cuda:0 --clients 8 --policy stream-pool
 //   tandem rec-serve --model bst --device sim:h100 --clients 32 --duration 0.2 --policy recos
+//   tandem rec-serve --model rm2 --device sim:h100 --load-phases 8:1,64:1 \
+//       --recstream configs/recsys/recstream/sim-h100.json
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +30,7 @@
 #include "tandem/core/build_info.h"
 #include "tandem/core/error.h"
 #include "tandem/recsys/early_touch.h"
+#include "tandem/recsys/recstream_online.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
@@ -69,6 +72,9 @@ struct RecServeOptions {
   std::string pipeline;        // a multi-stage pipeline instead of --model ("recflow")
   std::string recflow_stats = "configs/recsys/recflow-stats.json";
   std::string recflow_requests;  // real RecFlow requests (bench/recsys/recflow_convert.py)
+  std::string recstream;         // a RecStream weight file or "hill": online switching
+  std::string load_phases;       // "8:1,64:1": clients:seconds, run one after the other
+  rec::RecStreamOnlineOptions online;
   double size_sd = 4;
   int clients = 1;
   int threads = 0;
@@ -107,6 +113,71 @@ nlohmann::json phase_breakdown(const rec::RecModel& model, const rec::SimExecuto
   return {{"embedding", 1e-3 * emb / n}, {"dense", 1e-3 * dense / n}, {"copies", 0.0}};
 }
 
+// --load-phases "C:S,C:S,...": closed-loop clients and (simulated) seconds per phase.
+std::vector<std::pair<int, double>> parse_load_phases(const std::string& spec) {
+  std::vector<std::pair<int, double>> out;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    const size_t colon = item.find(':');
+    char* end1 = nullptr;
+    char* end2 = nullptr;
+    const std::string c = item.substr(0, colon),
+                      d = colon == std::string::npos ? "" : item.substr(colon + 1);
+    const long clients = std::strtol(c.c_str(), &end1, 10);
+    const double secs = std::strtod(d.c_str(), &end2);
+    if (c.empty() || d.empty() || *end1 != '\0' || *end2 != '\0' || clients < 1 || clients > 4096 ||
+        !(secs > 0 && secs <= 86400))
+      throw InvalidArgument(
+          cat("--load-phases '", spec, "': item '", item,
+              "' is not CLIENTS:SECONDS (clients 1..4096, seconds in (0, 86400])"));
+    out.emplace_back(int(clients), secs);
+    at = comma + 1;
+  }
+  return out;
+}
+
+// The serving policy: `po`'s, or RecStream online switching (--recstream) behind the admission
+// layer when that is enabled.
+std::unique_ptr<rec::ServingPolicy> make_serving_policy(const RecServeOptions& o,
+                                                        const rec::RecModel& model,
+                                                        rec::Executor& ex,
+                                                        const rec::PolicyOptions& po) {
+  if (o.recstream.empty()) return rec::make_policy(model, ex, po);
+  rec::RecStreamOnlineOptions ro = o.online;
+  ro.base = po;
+  ro.weights = o.recstream == "hill" ? "" : o.recstream;
+  ro.open_loop = o.rate_qps > 0;
+  std::unique_ptr<rec::ServingPolicy> p = rec::make_recstream_online(model, ex, ro);
+  if (!po.admission.enabled()) return p;
+  return rec::with_admission(std::move(p), model, ex, po.admission, po.streams);
+}
+
+// The switches of --recstream as a table.
+void print_switches(const nlohmann::json& online) {
+  std::printf("\nRecStream online (%s: %s): %zu switches, %lld predictions, now %s\n\n",
+              online["mode"].get<std::string>().c_str(),
+              online["mode_reason"].get<std::string>().c_str(), online["switches"].size(),
+              online["predictions"].get<long long>(), online["current"].get<std::string>().c_str());
+  if (online["switches"].empty()) return;
+  std::printf(
+      "| t s | from | to | reason | predicted gain | predicted p99 from / to ms | measured p99 "
+      "from / to ms | drained | drain ms |\n|---|---|---|---|---|---|---|---|---|\n");
+  auto num = [](const nlohmann::json& v, double scale = 1) {
+    return v.is_number() ? cat(std::round(v.get<double>() * scale * 1000) / 1000)
+                         : std::string("-");
+  };
+  for (const auto& r : online["switches"])
+    std::printf("| %.3f | %s | %s | %s | %s | %s / %s | %s / %s | %lld | %s |\n",
+                r["t_s"].get<double>(), r["from"].get<std::string>().c_str(),
+                r["to"].get<std::string>().c_str(), r["reason"].get<std::string>().c_str(),
+                num(r["predicted_gain"]).c_str(), num(r["predicted_from_p99_ms"]).c_str(),
+                num(r["predicted_to_p99_ms"]).c_str(), num(r["measured_from_p99_ms"]).c_str(),
+                num(r["measured_to_p99_ms"]).c_str(), r["drained"].get<long long>(),
+                num(r["drain_s"], 1e3).c_str());
+}
+
 int run_pipeline(const RecServeOptions& o) {
   RecPipelineRun r;
   r.pipeline = o.pipeline;
@@ -126,6 +197,8 @@ int run_pipeline(const RecServeOptions& o) {
 
 int run_rec_serve(const RecServeOptions& o) {
   using namespace tandem::rec;
+  if (!o.recstream.empty() && !o.pipeline.empty())
+    throw InvalidArgument("--recstream serves one model, not --pipeline");
   if (!o.pipeline.empty()) return run_pipeline(o);
   if (o.threads > 0) set_cpu_num_threads(o.threads);
   ModelConfig cfg = zoo_config(o.model);
@@ -199,6 +272,13 @@ int run_rec_serve(const RecServeOptions& o) {
   po.admission.timeout_action = parse_timeout_action(o.timeout_action);
   if (o.ltp && !simulated)
     throw InvalidArgument("--ltp searches on a simulated device only (--device sim:...)");
+  if (!o.load_phases.empty() && o.rate_qps > 0)
+    throw InvalidArgument("--load-phases are closed-loop phases; drop --rate");
+  // One phase (--clients, --duration) or --load-phases, one after the other on the same policy;
+  // only the first has a warm-up.
+  std::vector<std::pair<int, double>> phases = {{o.clients, o.duration_s}};
+  if (!o.load_phases.empty()) phases = parse_load_phases(o.load_phases);
+  std::vector<LoadStats> phase_stats;
   LoadStats s;
   nlohmann::json sched;
   LoadOptions lo =
@@ -210,18 +290,35 @@ int run_rec_serve(const RecServeOptions& o) {
   const int64_t host_before = host.stats().current_bytes;
   host.reset_peak();
   {
-    auto policy = make_policy(model, ex, po);
+    auto policy = make_serving_policy(o, model, ex, po);
     if (o.early_touch) policy = with_early_touch(std::move(policy), model);
-    s = simulated ? run_sim_load(*policy, static_cast<SimExecutor&>(ex), pool, lo)
-                  : run_load(*policy, pool, lo);
+    for (const auto& [clients, secs] : phases) {
+      LoadOptions plo = lo;
+      plo.clients = clients;
+      plo.duration_s = secs;
+      plo.warmup_s = phase_stats.empty() ? lo.warmup_s : 0;
+      phase_stats.push_back(simulated
+                                ? run_sim_load(*policy, static_cast<SimExecutor&>(ex), pool, plo)
+                                : run_load(*policy, pool, plo));
+    }
+    s = phase_stats.front();  // with phases: counts summed, mean queue time over all of them
+    s.queue_ms.mean *= double(s.completed);
+    for (size_t i = 1; i < phase_stats.size(); ++i) {
+      s.queue_ms.mean += phase_stats[i].queue_ms.mean * double(phase_stats[i].completed);
+      s.completed += phase_stats[i].completed, s.errors += phase_stats[i].errors;
+      s.rejected += phase_stats[i].rejected, s.timed_out += phase_stats[i].timed_out;
+      s.measured_s += phase_stats[i].measured_s;
+    }
+    s.queue_ms.mean /= double(std::max<int64_t>(1, s.completed));
     sched = policy->stats();
   }
   const int64_t host_peak = host.stats().peak_bytes - host_before;
   ex.synchronize();
   nlohmann::json ltp;
   if (o.ltp)
-    ltp = latency_bounded_throughput([&](SimExecutor& e) { return make_policy(model, e, po); },
-                                     sim_dev, sim_opt, po.sla_ms, pool, lo);
+    ltp = latency_bounded_throughput(
+        [&](SimExecutor& e) { return make_serving_policy(o, model, e, po); }, sim_dev, sim_opt,
+        po.sla_ms, pool, lo);
   nlohmann::json breakdown;
   if (simulated) breakdown = phase_breakdown(model, static_cast<SimExecutor&>(ex));
   if (!o.trace.empty()) tracer.write(o.trace);
@@ -237,7 +334,9 @@ int run_rec_serve(const RecServeOptions& o) {
                         {"params",
                          {{"model", cfg.name},
                           {"kind", to_string(cfg.kind)},
-                          {"policy", o.po.policy},
+                          {"policy", o.recstream.empty() ? o.po.policy : "recstream-online"},
+                          {"recstream", o.recstream},
+                          {"load_phases", o.load_phases},
                           {"device", o.device},
                           {"clients", o.clients},
                           {"rate_qps", o.rate_qps},
@@ -264,6 +363,16 @@ int run_rec_serve(const RecServeOptions& o) {
                           {"threads", cpu_num_threads()}}},
                         {"results", s.to_json()}};
     j["results"]["host_peak_bytes"] = host_peak;
+    if (phase_stats.size() > 1) {  // the phases' latencies apart; counts summed
+      j["results"] = {{"policy", s.policy},           {"completed", s.completed},
+                      {"errors", s.errors},           {"rejected", s.rejected},
+                      {"timed_out", s.timed_out},     {"measured_s", s.measured_s},
+                      {"host_peak_bytes", host_peak}, {"phases", nlohmann::json::array()}};
+      for (size_t i = 0; i < phases.size(); ++i)
+        j["results"]["phases"].push_back({{"clients", phases[i].first},
+                                          {"duration_s", phases[i].second},
+                                          {"results", phase_stats[i].to_json()}});
+    }
     if (!sched.empty()) j["results"]["scheduler"] = sched;
     if (!ltp.is_null()) j["results"]["latency_bounded_throughput"] = ltp;
     if (!breakdown.is_null()) j["results"]["breakdown_ms"] = breakdown;
@@ -286,11 +395,15 @@ int run_rec_serve(const RecServeOptions& o) {
       "queue "
       "p99 ms | service mean ms | batch rows |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  std::printf("| %s | %s | %s | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
-              cfg.name.c_str(), s.policy.c_str(),
-              o.rate_qps > 0 ? cat("open ", o.rate_qps, "/s").c_str() : cat(o.clients).c_str(),
-              s.throughput_qps, s.rows_per_s, s.latency_ms.p50, s.latency_ms.p95, s.latency_ms.p99,
-              s.queue_ms.mean, s.queue_ms.p99, s.service_ms.mean, s.mean_batch_rows);
+  for (size_t i = 0; i < phase_stats.size(); ++i) {
+    const LoadStats& p = phase_stats[i];
+    std::printf(
+        "| %s | %s | %s | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
+        cfg.name.c_str(), p.policy.c_str(),
+        o.rate_qps > 0 ? cat("open ", o.rate_qps, "/s").c_str() : cat(phases[i].first).c_str(),
+        p.throughput_qps, p.rows_per_s, p.latency_ms.p50, p.latency_ms.p95, p.latency_ms.p99,
+        p.queue_ms.mean, p.queue_ms.p99, p.service_ms.mean, p.mean_batch_rows);
+  }
   std::printf("\n%lld queries in %.2f s, %lld errors", static_cast<long long>(s.completed),
               s.measured_s, static_cast<long long>(s.errors));
   if (po.admission.enabled())
@@ -307,7 +420,7 @@ int run_rec_serve(const RecServeOptions& o) {
     std::printf("; per query (mean ms): queue %.3f, embedding %.3f, dense %.3f, copies 0 (elided)",
                 s.queue_ms.mean, breakdown["embedding"].get<double>(),
                 breakdown["dense"].get<double>());
-  if (!sched.empty())
+  if (sched.contains("sched_us_per_op"))
     std::printf("; scheduler %.2f us per issued op", sched["sched_us_per_op"].get<double>());
   std::printf("; host peak %.2f MiB during the load", double(host_peak) / (1 << 20));
   if (sched.contains("tensor_pool"))
@@ -324,6 +437,7 @@ int run_rec_serve(const RecServeOptions& o) {
         "chrome://tracing or ui.perfetto.dev)",
         o.trace.c_str(), tracer.size(), tracer.mean_overlap());
   std::printf("\n");
+  if (sched.contains("online")) print_switches(sched["online"]);
   return s.errors ? 1 : 0;
 }
 
@@ -378,6 +492,31 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "pre-rank -> coarse -> rank -> re-rank; --policy runs every stage, --sla-ms is "
                   "end to end, --table-budget holds all stages' tables, --pool requests)")
       ->check(CLI::IsMember({"recflow"}));
+  sub->add_option("--recstream", o->recstream,
+                  "Switch the stream configuration online (scheduler stream-pool|recos x K): "
+                  "a RecStream weight file (configs/recsys/recstream/sim-h100.json) predicts the "
+                  "best one from the load of a sliding window, 'hill' (or weights for another "
+                  "executor) climbs over K on the measured p99; switches drain the old "
+                  "configuration and are listed in the output");
+  sub->add_option("--recstream-initial", o->online.initial,
+                  "--recstream: the configuration it starts with")
+      ->capture_default_str();
+  sub->add_option("--recstream-period", o->online.period_s,
+                  "--recstream: seconds between decisions (simulated on sim: devices)")
+      ->check(positive_up_to(86400.0))
+      ->capture_default_str();
+  sub->add_option("--recstream-window", o->online.window_s,
+                  "--recstream: seconds of the sliding window of the load and the p99")
+      ->check(positive_up_to(86400.0))
+      ->capture_default_str();
+  sub->add_option("--recstream-gain", o->online.min_gain,
+                  "--recstream: switch only for a larger predicted (or measured) p99 gain")
+      ->check(number_in(0.0, 100.0))
+      ->capture_default_str();
+  sub->add_option("--load-phases", o->load_phases,
+                  "Closed-loop phases run one after the other on the same policy, "
+                  "CLIENTS:SECONDS,... (e.g. 8:1,64:1; replaces --clients and --duration); the "
+                  "table has a row per phase");
   sub->add_option("--recflow-stats", o->recflow_stats,
                   "--pipeline recflow: the statistics file of the requests and stages")
       ->capture_default_str();
