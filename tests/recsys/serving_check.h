@@ -78,7 +78,14 @@ inline LoadStats check_served(Fixture& fx, ServingPolicy& policy, const std::str
     if (!same) ++mismatches;
   };
   const LoadStats s = sim ? run_sim_load(policy, *sim, fx.pool, lo) : run_load(policy, fx.pool, lo);
-  EXPECT_GT(responses, clients) << tag;
+  // Every client got its first answer; in simulated time the window always holds more. On a wall
+  // clock a loaded machine (ctest -j2 beside other jobs) may answer each client only once in the
+  // window, so more than one round is not asserted there.
+  if (sim) {
+    EXPECT_GT(responses, clients) << tag;
+  } else {
+    EXPECT_GE(responses, clients) << tag;
+  }
   EXPECT_EQ(s.errors, 0) << tag;
   EXPECT_EQ(mismatches, 0) << tag << " " << fx.cfg.name;
   EXPECT_EQ(duplicates, 0) << tag;
