@@ -364,7 +364,10 @@ void SimExecutor::start_op(int s, Item& item) {
     node.output_shapes.insert(node.output_shapes.end(), n.output_shapes.begin(),
                               n.output_shapes.end());
     try {  // the real computation, at the op's simulated start (its inputs have finished)
-      op.model->run_node(op.node, *op.state, item.limits.max_units);
+      if (opt_.compute)
+        op.model->run_node(op.node, *op.state, item.limits.max_units);
+      else if (!n.output_shapes.empty())  // zeros, not garbage: readers (top-k) stay defined
+        op.state->values.at(size_t(op.node)) = Tensor::zeros(n.output_shapes[0], DType::kF32);
     } catch (...) {
       op.state->error = std::current_exception();
     }
