@@ -271,6 +271,8 @@ def train(a):
     for k in ("W1", "b1", "W2", "b2", "Wz", "bz", "Wh", "bh", "Wo", "bo"):
         doc[k] = np.vectorize(lambda f: float(f"{f:.9g}"))(q[k]).tolist()
     doc["command"] = "python3 bench/recsys/recstream_train.py " + " ".join(sys.argv[1:])
+    if a.sweep_command:
+        doc["sweep_commands"] = a.sweep_command
     doc["training"] = {"pairs": len(tr), "validation_pairs": len(val),
                        "train": summary(q, tr, text=False), "validation": summary(q, val, text=False),
                        "hidden": a.hidden, "z_hidden": a.z_hidden, "head_hidden": a.head_hidden,
@@ -417,6 +419,8 @@ def main():
     t.add_argument("--centred", type=float, default=4.0)
     t.add_argument("--val", type=float, default=0.2)
     t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--sweep-command", action="append", default=[],
+                   help="the sweep command(s) that made the sweep file, kept in the weight file")
     f = sub.add_parser("fixture")
     f.add_argument("--tandem", default="build/bin/tandem")
     f.add_argument("--weights", required=True)
