@@ -47,10 +47,12 @@ def variant(rng, i):
     dim = int(rng.choice([8, 16, 32, 64, 128]))
     ntab = int(rng.integers(4, 65)) if kind in ("dlrm", "wnd") else int(rng.integers(1, 5))
     rows = int(rng.integers(1000, 50001))
-    m = {"kind": kind, "embedding_dim": dim, "query_size": int(rng.choice([16, 32, 64, 128])),
+    # Query sizes up to the full-size zoo's 128 rows and beyond (MLPerf's sizes reach 700).
+    m = {"kind": kind, "embedding_dim": dim,
+         "query_size": int(rng.choice([16, 32, 64, 128, 256, 512])),
          "seed": int(rng.integers(1, 1 << 30)), "description": f"recstream training variant {i}"}
     if kind == "dlrm":
-        m["pooling"] = int(rng.integers(1, 41))
+        m["pooling"] = int(rng.integers(1, 121))  # up to RM2's 120
         m["dense_features"] = int(rng.integers(8, 513))
         m["interaction"] = str(rng.choice(["dot", "cat"]))
         m["bottom_mlp"] = mlp(rng, int(rng.integers(0, 3)), 16, 512) + [dim]
@@ -80,11 +82,13 @@ def variant(rng, i):
 
 
 def rec_tune(tandem, model, clients, size_dist, duration, seed, weights=None, features=True,
-             device="sim:h100", query_size=0):
+             device="sim:h100", query_size=0, timing_only=True):
     cmd = [tandem, "rec-tune", "--model", model, "--device", device, "--clients", str(clients),
            "--query-size", str(query_size),
            "--size-dist", size_dist, "--duration", str(duration), "--warmup", str(duration / 5),
            "--seed", str(seed), "--table-budget", "16", "-o", "json"]
+    if timing_only:  # the same schedule and p99s; ops not computed on the CPU
+        cmd.append("--sim-timing-only")
     if features:
         cmd.append("--features")
     if weights:
@@ -114,7 +118,8 @@ def sweep(a):
             with open(path, "w") as f:
                 json.dump(m, f)
             try:
-                j = rec_tune(a.tandem, path, clients, size_dist, a.duration, i + 1, device=a.device)
+                j = rec_tune(a.tandem, path, clients, size_dist, a.duration, i + 1, device=a.device,
+                             timing_only=a.timing_only)
             except subprocess.CalledProcessError as e:
                 print(f"pair {i}: rec-tune failed: {e.stderr.strip()[-300:]}", file=sys.stderr)
                 continue
@@ -266,6 +271,8 @@ def train(a):
     for k in ("W1", "b1", "W2", "b2", "Wz", "bz", "Wh", "bh", "Wo", "bo"):
         doc[k] = np.vectorize(lambda f: float(f"{f:.9g}"))(q[k]).tolist()
     doc["command"] = "python3 bench/recsys/recstream_train.py " + " ".join(sys.argv[1:])
+    if a.sweep_command:
+        doc["sweep_commands"] = a.sweep_command
     doc["training"] = {"pairs": len(tr), "validation_pairs": len(val),
                        "train": summary(q, tr, text=False), "validation": summary(q, val, text=False),
                        "hidden": a.hidden, "z_hidden": a.z_hidden, "head_hidden": a.head_hidden,
@@ -323,7 +330,8 @@ def evaluate(a):
 
     def one(pair):
         j = rec_tune(a.tandem, pair[0], pair[1], a.size_dist, a.duration, a.seed,
-                     weights=a.weights, features=False, device=a.device, query_size=a.query_size)
+                     weights=a.weights, features=False, device=a.device, query_size=a.query_size,
+                     timing_only=a.timing_only)
         r = j["recstream"]
         print(f"{pair[0]} {pair[1]}: oracle {j['oracle']['config']}, RecStream {r['config']} "
               f"regret {100 * r['regret']:.1f}%", file=sys.stderr)
@@ -411,6 +419,8 @@ def main():
     t.add_argument("--centred", type=float, default=4.0)
     t.add_argument("--val", type=float, default=0.2)
     t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--sweep-command", action="append", default=[],
+                   help="the sweep command(s) that made the sweep file, kept in the weight file")
     f = sub.add_parser("fixture")
     f.add_argument("--tandem", default="build/bin/tandem")
     f.add_argument("--weights", required=True)
@@ -427,6 +437,10 @@ def main():
     e.add_argument("--seed", type=int, default=1)
     e.add_argument("--query-size", type=int, default=0, help="rows per query (0: the model's)")
     e.add_argument("--jobs", type=int, default=2, help="rec-tune processes at once")
+    for sp in (s, e):
+        sp.add_argument("--timing-only", action=argparse.BooleanOptionalAction, default=True,
+                        help="rec-tune --sim-timing-only: ops timed, not computed (the same "
+                        "schedules and p99s, much faster; --no-timing-only computes them)")
     e.add_argument("--out", required=True, help="path without extension: writes .json and .md")
     a = ap.parse_args()
     {"sweep": sweep, "train": train, "fixture": fixture, "evaluate": evaluate}[a.cmd](a)

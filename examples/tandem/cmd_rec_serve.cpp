@@ -95,6 +95,7 @@ struct RecServeOptions {
   rec::PolicyOptions po;  // the policy and its knobs, bound to the options directly
   double jitter = rec::SimOptions{}.jitter;
   bool ltp = false;
+  bool timing_only = false;
 };
 
 // Mean simulated milliseconds per query spent in lookup ops (embedding) and in the rest (dense),
@@ -189,6 +190,7 @@ int run_pipeline(const RecServeOptions& o) {
   r.pool = o.pool;
   r.seed = o.seed;
   r.jitter = o.jitter;
+  r.timing_only = o.timing_only;
   r.ltp = o.ltp;
   r.po = o.po;
   r.lo = load_options(o.clients, o.rate_qps, o.duration_s, o.warmup_s, o.seed, o.max_outstanding);
@@ -256,7 +258,7 @@ int run_rec_serve(const RecServeOptions& o) {
   };
   std::unique_ptr<Executor> executor;
   SimDevice sim_dev;
-  const SimOptions sim_opt{.seed = o.seed, .jitter = o.jitter};
+  const SimOptions sim_opt = sim_options(o.device, o.seed, o.jitter, o.timing_only);
   if (simulated) {
     const std::string name = o.device.substr(4);
     sim_dev = name == "cpu" ? sim_cpu_device(profile()) : sim_device(name);
@@ -485,6 +487,7 @@ const CommandRegistration kReg([](CLI::App& app) {
   sub->add_option("--jitter", o->jitter, "sim: relative spread of op durations")
       ->check(number_in(0.0, 0.5))
       ->capture_default_str();
+  add_sim_timing_only_option(sub, o->timing_only);
   sub->add_flag("--ltp", o->ltp,
                 "sim: also search the latency-bounded throughput (p99 <= --sla-ms), open loop");
   sub->add_option("--pipeline", o->pipeline,

@@ -54,6 +54,7 @@ struct RecTuneOptions {
   int64_t query_size = 0;
   uint64_t seed = 1;
   bool features = false;
+  bool timing_only = false;
   DeepRecSchedCli drs;
 };
 
@@ -104,7 +105,9 @@ int run_rec_tune(const RecTuneOptions& o) {
                            {"seed", o.seed}};
   if (o.drs.enabled) {
     if (!simulated) throw InvalidArgument("rec-tune --deeprecsched: --device sim:NAME needed");
-    return run_deeprecsched(model, pool, o.drs, o.device, o.seed, o.output, params);
+    return run_deeprecsched(model, pool, o.drs, o.device,
+                            sim_options(o.device, o.seed, SimOptions{}.jitter, o.timing_only),
+                            o.output, params);
   }
   std::sort(sizes.begin(), sizes.end());
   LoadShape shape;
@@ -114,7 +117,7 @@ int run_rec_tune(const RecTuneOptions& o) {
   shape.p95_rows =
       sizes[std::min(sizes.size() - 1, size_t(std::ceil(0.95 * double(sizes.size()))) - 1)];
 
-  const SimOptions sim_opt{.seed = o.seed};
+  const SimOptions sim_opt = sim_options(o.device, o.seed, SimOptions{}.jitter, o.timing_only);
   const SimDevice sim_dev = simulated ? sim_device_from_flag(o.device) : SimDevice{};
   auto make_executor = [&]() -> std::unique_ptr<Executor> {
     if (simulated) return std::make_unique<SimExecutor>(sim_dev, sim_opt);
@@ -279,6 +282,7 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Workload seed")->capture_default_str();
+  add_sim_timing_only_option(sub, o->timing_only);
   add_deeprecsched_options(sub, o->drs);
   return Command{sub, [o] { return run_rec_tune(*o); }};
 });

@@ -67,11 +67,11 @@ void add_deeprecsched_options(CLI::App* sub, DeepRecSchedCli& o) {
 
 int run_deeprecsched(const rec::RecModel& model,
                      const std::vector<std::shared_ptr<const rec::QueryInputs>>& pool,
-                     const DeepRecSchedCli& o, const std::string& device, uint64_t seed,
-                     const std::string& output, nlohmann::json params) {
+                     const DeepRecSchedCli& o, const std::string& device,
+                     const rec::SimOptions& sim, const std::string& output, nlohmann::json params) {
   using namespace tandem::rec;
   HillClimbOptions hill = o.hill;
-  hill.seed = seed;
+  hill.seed = sim.seed;
   const SimDevice accel_dev = sim_device_from_flag(device);
   const SimDevice cpu_dev = o.cpu_profile.empty()
                                 ? sim_device_from_flag(o.cpu_device)
@@ -80,8 +80,10 @@ int run_deeprecsched(const rec::RecModel& model,
   PolicyOptions cpu_po{.policy = "stream-pool", .streams = o.engines};
   PolicyOptions accel_po{.policy = o.accel_policy};
   auto run = [&](const SplitOffload& c, double start_qps) {
-    SimExecutor accel(accel_dev, {.seed = seed});
-    SimExecutor cpu(cpu_dev, {.seed = seed + 1}, accel);
+    SimExecutor accel(accel_dev, sim);
+    SimOptions cpu_sim = sim;
+    ++cpu_sim.seed;
+    SimExecutor cpu(cpu_dev, cpu_sim, accel);
     AchievableQps r;
     {
       auto policy = make_split_offload(model, cpu, cpu_po, &accel, accel_po, c);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tandem/recsys/deeprecsched.h"
+#include "tandem/recsys/sim_executor.h"
 
 namespace tandem::cli {
 
@@ -32,10 +33,11 @@ struct DeepRecSchedCli {
 // --deeprecsched and its options.
 void add_deeprecsched_options(CLI::App* sub, DeepRecSchedCli& o);
 
-// Tunes on `pool`; `device` is the accelerator (sim:NAME); `params` goes into the JSON as is.
+// Tunes on `pool`; `device` is the accelerator (sim:NAME), simulated with `sim` (the CPU path with
+// seed sim.seed + 1); `params` goes into the JSON as is.
 int run_deeprecsched(const rec::RecModel& model,
                      const std::vector<std::shared_ptr<const rec::QueryInputs>>& pool,
-                     const DeepRecSchedCli& o, const std::string& device, uint64_t seed,
-                     const std::string& output, nlohmann::json params);
+                     const DeepRecSchedCli& o, const std::string& device,
+                     const rec::SimOptions& sim, const std::string& output, nlohmann::json params);
 
 }  // namespace tandem::cli

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Options the recsys commands share (rec-serve, rec-tune): the query-size distribution of the
 // workload kit (tandem/recsys/workload.h), bound to the caller's fields, and applied to a workload;
-// and the latency-bounded throughput search on a simulated device.
+// --sim-timing-only and the simulator options it sets; and the latency-bounded throughput search on
+// a simulated device.
 //
 //   add_query_size_options(sub, o->query_size, o->size_dist, o->size_sd, o->size_quantiles);
 //   set_query_sizes(w.size, o.size_dist, o.size_sd, o.size_quantiles);
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "tandem/core/error.h"
 #include "tandem/recsys/serving.h"
 #include "tandem/recsys/sim_executor.h"
 #include "tandem/recsys/workload.h"
@@ -44,6 +46,23 @@ inline void set_query_sizes(rec::QuerySizeOptions& s, const std::string& size_di
   s.dist = rec::parse_size_dist(size_dist);
   s.stddev = size_sd;
   if (!size_quantiles.empty()) rec::use_size_quantiles(s, rec::read_size_quantiles(size_quantiles));
+}
+
+// --sim-timing-only: SimOptions::compute = false (ops timed, not computed).
+inline void add_sim_timing_only_option(CLI::App* sub, bool& timing_only) {
+  sub->add_flag("--sim-timing-only", timing_only,
+                "sim: advance each op's simulated time without computing it: the same schedule "
+                "and latencies, meaningless scores (for sweeps, tuning and --ltp)");
+}
+
+// The simulator's options for --device `device`; InvalidArgument for --sim-timing-only on a device
+// that is not simulated (there every op is computed: that is the measurement).
+inline rec::SimOptions sim_options(const std::string& device, uint64_t seed, double jitter,
+                                   bool timing_only) {
+  if (timing_only && device.rfind("sim:", 0) != 0)
+    throw InvalidArgument("--sim-timing-only needs a simulated device (--device sim:...), not '" +
+                          device + "'");
+  return {.seed = seed, .jitter = jitter, .compute = !timing_only};
 }
 
 // The load of --clients / --rate / --duration / --warmup / --seed (and --max-outstanding).

@@ -124,7 +124,7 @@ int run_rec_pipeline(const RecPipelineRun& r) {
   PipelineOptions popt;
   popt.sla_ms = r.po.sla_ms;
   const SimDevice dev = simulated ? sim_device_from_flag(r.device) : SimDevice{};
-  const SimOptions so{.seed = r.seed, .jitter = r.jitter};
+  const SimOptions so = sim_options(r.device, r.seed, r.jitter, r.timing_only);
   std::unique_ptr<Executor> ex;
   if (simulated)
     ex = std::make_unique<SimExecutor>(dev, so);

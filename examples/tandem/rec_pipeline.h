@@ -24,6 +24,7 @@ struct RecPipelineRun {
   int pool = 16;                // distinct requests generated and reused
   uint64_t seed = 1;
   double jitter = 0;
+  bool timing_only = false;  // --sim-timing-only
   bool ltp = false;
   rec::PolicyOptions po;  // every stage's policy; po.sla_ms is the end-to-end SLA
   rec::LoadOptions lo;

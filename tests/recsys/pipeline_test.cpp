@@ -122,6 +122,33 @@ TEST(RecPipeline, ServedStagesEqualSequentialExecutionOnCpu) {
   check_pipeline(rf, cpu, {.policy = "stream-pool", .streams = 2}, nullptr);
 }
 
+// Timing-only: a stage keeps min(candidates, keep) rows whatever the scores, so the stages' sizes,
+// and with them the schedule, are those of the computed run; the rows kept (by zero scores: the
+// first ones) differ, their costs do not.
+TEST(RecPipeline, TimingOnlyRunsTheSameSchedule) {
+  RecFlow rf;
+  std::vector<std::vector<SimSpan>> schedules;
+  std::vector<std::vector<size_t>> sizes(2);
+  for (bool compute : {true, false}) {
+    SimExecutor sim(sim_device("h100"), {.seed = 4, .compute = compute});
+    PipelineOptions popt;
+    popt.on_stage = [&](int64_t, size_t, const std::vector<int64_t>& rows,
+                        const std::vector<float>&) { sizes[compute].push_back(rows.size()); };
+    PipelinePolicy p(rf.stages, rf.schema, sim, {.policy = "recos", .streams = 2}, popt);
+    LoadOptions lo;
+    lo.clients = 3;
+    lo.duration_s = 0.0015;
+    lo.warmup_s = 0;
+    const LoadStats s = run_sim_load(p, sim, rf.pool, lo);
+    EXPECT_EQ(s.errors, 0);
+    EXPECT_GT(s.completed, 3);
+    schedules.push_back(sim.schedule());
+  }
+  ASSERT_FALSE(schedules[0].empty());
+  EXPECT_EQ(schedules[0], schedules[1]);
+  EXPECT_EQ(sizes[0], sizes[1]);
+}
+
 TEST(RecPipeline, TopKIsByScoreThenRow) {
   EXPECT_EQ(top_k({0.5f, 0.9f, 0.5f, 0.1f, 0.9f}, 3), (std::vector<int64_t>{1, 4, 0}));
   EXPECT_EQ(top_k({0.2f, 0.3f}, 5), (std::vector<int64_t>{1, 0}));

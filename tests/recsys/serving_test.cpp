@@ -220,13 +220,16 @@ TEST(RecServing, EveryPolicyOnSimGpuReturnsTheSequentialResults) {
 
 // The simulated schedule of `policy` under 16 closed-loop clients for 1 ms (simulated).
 std::vector<SimSpan> sim_schedule(Fixture& fx, const std::string& policy, uint64_t seed,
-                                  LoadStats* stats = nullptr, nlohmann::json* counters = nullptr) {
-  SimExecutor sim(sim_device("h100"), {.seed = seed});
+                                  LoadStats* stats = nullptr, nlohmann::json* counters = nullptr,
+                                  bool compute = true,
+                                  std::vector<std::vector<float>>* scores = nullptr) {
+  SimExecutor sim(sim_device("h100"), {.seed = seed, .compute = compute});
   auto p = make_policy(fx.model, sim, {.policy = policy, .streams = 4});
   LoadOptions lo;
   lo.clients = 16;
   lo.duration_s = 1e-3;
   lo.warmup_s = 0;
+  if (scores) lo.on_response = [&](size_t, const Response& r) { scores->push_back(r.scores); };
   const LoadStats s = run_sim_load(*p, sim, fx.pool, lo);
   if (stats) *stats = s;
   if (counters) *counters = p->stats();
@@ -260,6 +263,35 @@ TEST(RecServing, SimGpuSameSeedSameSchedule) {
         fused += sp.group > 1;
       }
       EXPECT_GT(fused, 0);
+    }
+  }
+}
+
+// Timing-only (SimOptions::compute = false) runs the schedule of the computed run, bit for bit:
+// costs depend on rows only. Its scores are the output node's zeros.
+TEST(RecServing, SimGpuTimingOnlyRunsTheSameSchedule) {
+  for (const char* model : {"tiny-dlrm", "tiny-bst"}) {
+    Fixture fx(model);
+    for (const char* policy : {"fcfs", "stream-pool", "recos"}) {
+      SCOPED_TRACE(cat(model, " ", policy));
+      LoadStats a, b;
+      std::vector<std::vector<float>> real, timed;
+      const auto s1 = sim_schedule(fx, policy, 5, &a, nullptr, true, &real);
+      const auto s2 = sim_schedule(fx, policy, 5, &b, nullptr, false, &timed);
+      ASSERT_FALSE(s1.empty());
+      EXPECT_EQ(s1, s2);
+      EXPECT_EQ(a.completed, b.completed);
+      EXPECT_EQ(a.latency_ms.p99, b.latency_ms.p99);
+      ASSERT_EQ(real.size(), timed.size());
+      bool any_nonzero = false;
+      for (size_t i = 0; i < real.size(); ++i) {
+        ASSERT_EQ(real[i].size(), timed[i].size());
+        for (size_t k = 0; k < real[i].size(); ++k) {
+          EXPECT_EQ(timed[i][k], 0.0f);
+          any_nonzero = any_nonzero || real[i][k] != 0.0f;
+        }
+      }
+      EXPECT_TRUE(any_nonzero);  // the computed run's scores are real
     }
   }
 }

@@ -5,8 +5,8 @@
 //
 // It implements the same Executor interface as CpuExecutor. Streams are FIFO queues in a simulator
 // with its own clock; an op's node is computed for real on the CPU (so queries get their true
-// scores) when the op starts in simulated time, while its simulated duration comes from a device
-// description:
+// scores) when the op starts in simulated time (unless SimOptions::compute is false), while its
+// simulated duration comes from a device description:
 //   units(v)   = max(ceil(output elements / elems_per_unit), ceil(bytes moved / bytes_per_unit)),
 //                capped by LaunchLimits::max_units (thread blocks of the kernel)
 //   share(v)   = min(1, units / sms)       the part of the device the op can use
@@ -86,6 +86,13 @@ TANDEM_API SimDevice sim_device_from_flag(const std::string& device);
 struct SimOptions {
   uint64_t seed = 1;
   double jitter = 0.05;  // relative spread of op durations, in [0, 0.5]
+  // false: timing-only. An op's node is not computed; its output is a zero tensor of the node's
+  // shape, and only simulated time advances. Schedule, events, pools and callbacks are unchanged
+  // (an op's cost depends on its query's rows, never on values), so the schedule is the same bit
+  // for bit, while scores are meaningless (all the output node's zeros). For sweeps, tuners and
+  // latency-bounded throughput searches, where only simulated latencies count and computing
+  // every op for real on the CPU is what makes them slow.
+  bool compute = true;
 };
 
 // One op as it ran in simulated time.
@@ -192,7 +199,8 @@ class TANDEM_API SimExecutor final : public Executor {
 // Closed-loop load in simulated time: `options.clients` clients each submit a query, wait for its
 // answer and submit the next, for options.duration_s simulated seconds after options.warmup_s
 // (open loop when options.rate_qps > 0: Poisson arrivals at simulated times). The policy must be
-// built over `executor`. Latencies and throughput are simulated; scores are real.
+// built over `executor`. Latencies and throughput are simulated; scores are real (zeros when the
+// executor is timing-only).
 TANDEM_API LoadStats run_sim_load(ServingPolicy& policy, SimExecutor& executor,
                                   const std::vector<std::shared_ptr<const QueryInputs>>& pool,
                                   const LoadOptions& options);
