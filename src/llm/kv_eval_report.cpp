@@ -136,6 +136,19 @@ std::string KvEvalResult::ruler_table() const {
 
 std::string KvEvalResult::table() const {
   std::ostringstream os;
+  if (!config.fidelity) {  // no fidelity or memory figures were measured
+    os << "| ctx | policy | budget | needle | compress ms | TTFT s | decode tok/s |\n"
+       << "|---|---|---|---|---|---|---|\n";
+    for (const KvEvalRow& r : rows) {
+      char line[256];
+      std::snprintf(line, sizeof line, "| %lld | %s | %s | %d/%d | %.1f | %.2f | %.1f |\n",
+                    static_cast<long long>(r.context), r.policy.c_str(), r.budget.c_str(),
+                    r.needle_correct, r.needle_trials, r.compress_s * 1e3, r.ttft_s,
+                    r.decode_tok_s);
+      os << line;
+    }
+    return os.str() + ruler_table();
+  }
   os << "| ctx | policy | budget | tokens/head | KV MiB | KV % | KL mean | KL max | top-1 | PPL "
         "(full) | attn err | needle | compress ms | TTFT s | decode tok/s |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
