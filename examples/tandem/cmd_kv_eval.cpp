@@ -2,7 +2,8 @@
 // `tandem kv-eval`: the KV-policy fidelity harness (tandem/llm/kv_eval.h) on a GGUF model and real
 // text. Every policy x budget compresses a copy of one recorded prefill per context; the markdown
 // table goes to stdout, --json writes the full record (per-layer attention errors, needle answers)
-// for scripts/llm/kv_plot.py. Progress goes to stderr, one line per run.
+// for scripts/llm/kv_plot.py. Progress goes to stderr, one line per run. --ruler multikey,vartrack
+// adds the RULER-style retrieval tasks (kv_ruler.h); --no-fidelity skips the teacher-forced runs.
 //
 //   tandem kv-eval -f ~/.cache/tandem/texts/kjv.txt --haystack ~/.cache/tandem/texts/austen.txt \
 //       --contexts 2048,4096 --budgets 128,256,512,1024,10%,25%,50% --json kv.json
@@ -34,6 +35,9 @@ struct KvEvalCliOptions {
   std::vector<std::string> policies;
   std::vector<double> depths = {0.1, 0.3, 0.5, 0.7, 0.9};
   bool no_needle = false;
+  bool no_fidelity = false;
+  std::vector<std::string> ruler;
+  int ruler_samples = 2;
   int continuation = 32;
   int window = 32;
   int64_t offset = 0;
@@ -64,6 +68,9 @@ int run_kv_eval_cli(const KvEvalCliOptions& o) {
   for (const auto& b : o.budgets) c.budgets.push_back(llm::parse_kv_budget(b));
   if (!o.policies.empty()) c.policies = o.policies;
   c.needle_depths = o.no_needle ? std::vector<double>{} : o.depths;
+  c.fidelity = !o.no_fidelity;
+  c.ruler_tasks = o.ruler;
+  c.ruler_samples = o.ruler_samples;
   c.continuation = o.continuation;
   c.window = o.window;
   c.text_offset = o.offset;
@@ -123,6 +130,9 @@ const CommandRegistration kReg([](CLI::App& app) {
       ->delimiter(',')
       ->check(number_in(0.0, 1.0));
   sub->add_flag("--no-needle", o->no_needle, "Skip the needle (passkey) test");
+  sub->add_flag("--no-fidelity", o->no_fidelity, "Skip the fidelity runs (KL, top-1, PPL)");
+  sub->add_option("--ruler", o->ruler, "RULER-style tasks: multikey, vartrack")->delimiter(',');
+  sub->add_option("--ruler-samples", o->ruler_samples, "Prompts per RULER task and context");
   sub->add_option("--continuation", o->continuation, "Teacher-forced decode steps scored")
       ->check(CLI::Range(2, 4096));
   sub->add_option("--kv-window", o->window, "Observation window / recent tokens")

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
+#include <span>
 
 #include "core/clock.h"
 #include "llm/kv_eval_internal.h"
@@ -67,20 +69,14 @@ std::shared_ptr<KvPolicy> build(const Model& model, const KvEvalConfig& c, const
   return make_kv_policy(r.policy, o, model.make_cache().shape());
 }
 
-// The passkey prompt of about `target` tokens with the needle at `depth` of the haystack.
-std::vector<int32_t> needle_prompt(const Tokenizer& tok, const std::string& haystack,
-                                   int64_t target, double depth, const std::string& key) {
+// The prompt of about `target` tokens: the task's intro, a prefix of the haystack with the task's
+// inserts planted in it, the question, in the model's chat template.
+std::vector<int32_t> planted_prompt(const Tokenizer& tok, const std::string& haystack,
+                                    int64_t target, const RulerTask& task) {
   const auto chat = ChatTemplate::detect(tok.vocab().chat_template, /*fallback_to_chatml=*/true);
-  const std::string needle =
-      "\n\nThe pass key is " + key + ". Remember it. " + key + " is the pass key.\n\n";
   auto build = [&](size_t chars) {
-    std::string h = haystack.substr(0, std::min(chars, haystack.size()));
-    size_t cut = static_cast<size_t>(depth * static_cast<double>(h.size()));
-    const size_t dot = h.rfind(". ", cut);
-    cut = dot == std::string::npos ? cut : dot + 1;
-    const std::string msg = "Read the text below. A pass key is hidden in it.\n\n" +
-                            h.substr(0, cut) + needle + h.substr(cut) +
-                            "\n\nWhat is the pass key? Answer with the number only.";
+    const std::string h = haystack.substr(0, std::min(chars, haystack.size()));
+    const std::string msg = task.intro + plant_inserts(h, task.inserts) + task.question;
     return tok.encode(chat.apply({{"user", msg}}, /*add_generation_prompt=*/true),
                       /*add_special=*/true, /*parse_special=*/true);
   };
@@ -93,21 +89,26 @@ std::vector<int32_t> needle_prompt(const Tokenizer& tok, const std::string& hays
     ids = build(static_cast<size_t>(chars));
   }
   if (static_cast<int64_t>(ids.size()) > target) {
-    throw InvalidArgument(cat("kv-eval: cannot build a needle prompt of ", target, " tokens"));
+    throw InvalidArgument(
+        cat("kv-eval: cannot build a ", task.kind, " prompt of ", target, " tokens"));
   }
   if (static_cast<size_t>(chars) > haystack.size()) {
     throw InvalidArgument(cat("kv-eval: the haystack text (", haystack.size(),
-                              " bytes) is too short for a ", target, "-token needle prompt"));
+                              " bytes) is too short for a ", target, "-token ", task.kind,
+                              " prompt"));
   }
   return ids;
 }
 
-// The first run of digits in the text ("" when none).
-std::string first_number(const std::string& s) {
-  size_t i = s.find_first_of("0123456789");
-  if (i == std::string::npos) return "";
-  size_t j = s.find_first_not_of("0123456789", i);
-  return s.substr(i, j == std::string::npos ? std::string::npos : j - i);
+// kv-eval's needle: one passkey sentence at `depth`.
+RulerTask passkey_task(const std::string& key, double depth) {
+  RulerTask t;
+  t.kind = "passkey";
+  t.intro = "Read the text below. A pass key is hidden in it.\n\n";
+  t.inserts = {{depth, "The pass key is " + key + ". Remember it. " + key + " is the pass key."}};
+  t.question = "\n\nWhat is the pass key? Answer with the number only.";
+  t.expected = {key};
+  return t;
 }
 
 struct Answer {
@@ -138,6 +139,121 @@ Answer greedy_answer(const Model& model, const Tokenizer& tok, KvCache& cache,
   return a;
 }
 
+// Per row of one context: the greedy decode and compression time summed over its prompts.
+struct RetrievalTotals {
+  std::vector<double> decode_s, compress_s, prefill_s;
+  std::vector<int> steps, prompts;
+  explicit RetrievalTotals(size_t n)
+      : decode_s(n, 0), compress_s(n, 0), prefill_s(n, 0), steps(n, 0), prompts(n, 0) {}
+};
+
+// One retrieval prompt of `task` through every run: prefilled once, each run compresses a copy and
+// answers greedily. Returns the answers in run order.
+std::vector<std::string> answer_runs(const Model& model, const Tokenizer& tok,
+                                     const KvEvalConfig& c, const std::vector<Run>& runs,
+                                     const std::string& haystack, int64_t ctx,
+                                     const RulerTask& task, int max_tokens, size_t first_row,
+                                     RetrievalTotals& totals) {
+  const auto prompt = planted_prompt(tok, haystack, ctx, task);
+  Prefilled p = prefill_recorded(model, prompt, c.window, c.prefill_chunk);
+  std::vector<std::string> answers;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Compressed comp = compress_copy(p, build(model, c, runs[i]));
+    const Answer a = greedy_answer(model, tok, comp.cache, p.last_logits,
+                                   static_cast<int32_t>(prompt.size()), max_tokens, c.decode);
+    totals.decode_s[first_row + i] += a.decode_s;
+    totals.steps[first_row + i] += a.steps;
+    totals.compress_s[first_row + i] += comp.compress_s;
+    totals.prefill_s[first_row + i] += p.prefill_s;
+    ++totals.prompts[first_row + i];
+    answers.push_back(a.text);
+  }
+  return answers;
+}
+
+// Fidelity rows of one context (teacher forcing against the full cache), filled in place.
+void run_fidelity(const Model& model, const KvEvalConfig& c, const std::vector<Run>& runs,
+                  std::span<const int32_t> ids, int64_t ctx, KvEvalRow* rows,
+                  const std::function<void(const std::string&)>& say) {
+  const auto context = ids.subspan(c.text_offset, ctx);
+  const auto cont = ids.subspan(c.text_offset + ctx, c.continuation + 1);
+  say(cat("context ", ctx, ": prefill"));
+  Prefilled p = prefill_recorded(model, context, c.window, c.prefill_chunk);
+  say(cat("context ", ctx, ": prefill ", p.prefill_s, " s; full-cache reference decode"));
+  std::vector<std::vector<double>> full_lp;
+  const int64_t full_bytes = p.cache.bytes();
+  {
+    KvCache ref = p.cache.clone();
+    full_lp = teacher_forced_log_probs(model, ref, cont.first(c.continuation),
+                                       static_cast<int32_t>(ctx), c.decode);
+  }
+  double full_nll = 0;
+  for (int i = 0; i < c.continuation; ++i) full_nll -= full_lp[i][cont[i + 1]];
+  for (size_t ri = 0; ri < runs.size(); ++ri) {
+    const Run& r = runs[ri];
+    Compressed comp = compress_copy(p, build(model, c, r));
+    KvCache shadow = p.cache.clone();
+    comp.probe->set_shadow(&shadow);
+    const auto lp = teacher_forced_log_probs(model, comp.cache, cont.first(c.continuation),
+                                             static_cast<int32_t>(ctx), c.decode);
+    KvEvalRow& row = rows[ri];
+    row.kv_bytes = comp.bytes;
+    row.kv_bytes_full = full_bytes;
+    row.kv_tokens_per_head = comp.tokens_per_head;
+    row.prefill_s = p.prefill_s;
+    row.compress_s = comp.compress_s;
+    double nll = 0, kl_sum = 0, kl_max = 0;
+    int top1 = 0;
+    for (int i = 0; i < c.continuation; ++i) {
+      nll -= lp[i][cont[i + 1]];
+      double kl = 0;
+      for (size_t v = 0; v < lp[i].size(); ++v) {
+        kl += std::exp(full_lp[i][v]) * (full_lp[i][v] - lp[i][v]);
+      }
+      kl = std::max(kl, 0.0);
+      kl_sum += kl;
+      kl_max = std::max(kl_max, kl);
+      top1 += std::max_element(lp[i].begin(), lp[i].end()) - lp[i].begin() ==
+              std::max_element(full_lp[i].begin(), full_lp[i].end()) - full_lp[i].begin();
+    }
+    row.ppl = std::exp(nll / c.continuation);
+    row.ppl_full = std::exp(full_nll / c.continuation);
+    row.kl_mean = kl_sum / c.continuation;
+    row.kl_max = kl_max;
+    row.top1 = static_cast<double>(top1) / c.continuation;
+    row.attn_err_layer = comp.probe->attention_errors();
+    say(cat("context ", ctx, " ", r.policy, " ", r.label(), ": KV ", comp.bytes / 1048576.0,
+            " MiB (full ", full_bytes / 1048576.0, "), KL ", row.kl_mean, ", top-1 ", row.top1,
+            ", ppl ", row.ppl, " (full ", row.ppl_full, "), compress ", comp.compress_s, " s"));
+  }
+}
+
+void check_config(const Model& model, const KvEvalConfig& c) {
+  if (c.contexts.empty() || c.continuation < 2 || c.window < 0 || c.prefill_chunk < 1) {
+    throw InvalidArgument(cat("kv-eval: need contexts, continuation >= 2 (got ", c.continuation,
+                              "), window >= 0, prefill_chunk >= 1"));
+  }
+  for (double depth : c.needle_depths) {
+    if (!(depth >= 0 && depth <= 1))
+      throw InvalidArgument(cat("kv-eval: needle depth ", depth, " is outside [0, 1]"));
+  }
+  if (!c.ruler_tasks.empty() && (c.ruler_samples < 1 || c.ruler_answer_tokens < 1)) {
+    throw InvalidArgument(cat("kv-eval: RULER samples (", c.ruler_samples, ") and answer tokens (",
+                              c.ruler_answer_tokens, ") must be >= 1"));
+  }
+  for (const std::string& kind : c.ruler_tasks) make_ruler_task(kind, c.seed, 0, c.ruler);
+  check_kv_settings(c.policies, c.extra, "kv-eval: --kv-extra");
+  const int answer =
+      std::max(c.needle_answer_tokens, c.ruler_tasks.empty() ? 0 : c.ruler_answer_tokens);
+  for (int64_t ctx : c.contexts) {
+    if (ctx < 16 || ctx + c.continuation + answer > model.config().context_length) {
+      throw InvalidArgument(cat("kv-eval: context ", ctx, " + continuation ", c.continuation,
+                                " + answer ", answer, " tokens must lie in [16, ",
+                                model.config().context_length, "] (the model's context)"));
+    }
+  }
+}
+
 }  // namespace
 
 KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const std::string& text,
@@ -148,147 +264,94 @@ KvEvalResult run_kv_eval(const Model& model, const Tokenizer& tokenizer, const s
       c.budgets.push_back(parse_kv_budget(b));
     }
   }
-  if (c.contexts.empty() || c.continuation < 2 || c.window < 0 || c.prefill_chunk < 1) {
-    throw InvalidArgument(cat("kv-eval: need contexts, continuation >= 2 (got ", c.continuation,
-                              "), window >= 0, prefill_chunk >= 1"));
-  }
-  for (double depth : c.needle_depths) {
-    if (!(depth >= 0 && depth <= 1))
-      throw InvalidArgument(cat("kv-eval: needle depth ", depth, " is outside [0, 1]"));
-  }
-  check_kv_settings(c.policies, c.extra, "kv-eval: --kv-extra");
+  check_config(model, c);
   auto say = [&](const std::string& s) {
     if (c.progress) c.progress(s);
   };
-  const int64_t max_ctx = *std::max_element(c.contexts.begin(), c.contexts.end());
-  for (int64_t ctx : c.contexts) {
-    if (ctx < 16 || ctx + c.continuation + c.needle_answer_tokens > model.config().context_length) {
-      throw InvalidArgument(cat("kv-eval: context ", ctx, " + continuation ", c.continuation,
-                                " + needle answer ", c.needle_answer_tokens,
-                                " tokens must lie in [16, ", model.config().context_length,
-                                "] (the model's context)"));
-    }
-  }
   KvEvalResult res;
   res.model = model.config().name;
   res.config = c;
   const std::vector<Run> runs = runs_of(c);
   for (const Run& r : runs) build(model, c, r);  // option errors before any long work
-
-  // Fidelity text: tokens of a prefix of the text long enough for the largest context.
-  const int64_t need = c.text_offset + max_ctx + c.continuation + 1;
-  const std::vector<int32_t> ids = kv_eval_detail::encode_prefix(
-      tokenizer, text, need, "kv-eval (offset + context + continuation)");
-
   for (int64_t ctx : c.contexts) {
-    const std::span<const int32_t> all(ids);
-    const auto context = all.subspan(c.text_offset, ctx);
-    const auto cont = all.subspan(c.text_offset + ctx, c.continuation + 1);
-    say(cat("context ", ctx, ": prefill"));
-    Prefilled p = prefill_recorded(model, context, c.window, c.prefill_chunk);
-    say(cat("context ", ctx, ": prefill ", p.prefill_s, " s; full-cache reference decode"));
-    std::vector<std::vector<double>> full_lp;
-    int64_t full_bytes = p.cache.bytes();
-    {
-      KvCache ref = p.cache.clone();
-      full_lp = teacher_forced_log_probs(model, ref, cont.first(c.continuation),
-                                         static_cast<int32_t>(ctx), c.decode);
-    }
-    double full_nll = 0;
-    for (int i = 0; i < c.continuation; ++i) full_nll -= full_lp[i][cont[i + 1]];
     for (const Run& r : runs) {
-      Compressed comp = compress_copy(p, build(model, c, r));
-      KvCache shadow = p.cache.clone();
-      comp.probe->set_shadow(&shadow);
-      const auto lp = teacher_forced_log_probs(model, comp.cache, cont.first(c.continuation),
-                                               static_cast<int32_t>(ctx), c.decode);
       KvEvalRow row;
       row.context = ctx;
       row.policy = r.policy;
       row.budget = r.label();
-      row.kv_bytes = comp.bytes;
-      row.kv_bytes_full = full_bytes;
-      row.kv_tokens_per_head = comp.tokens_per_head;
-      row.prefill_s = p.prefill_s;
-      row.compress_s = comp.compress_s;
-      double nll = 0, kl_sum = 0, kl_max = 0;
-      int top1 = 0;
-      for (int i = 0; i < c.continuation; ++i) {
-        nll -= lp[i][cont[i + 1]];
-        double kl = 0;
-        for (size_t v = 0; v < lp[i].size(); ++v) {
-          kl += std::exp(full_lp[i][v]) * (full_lp[i][v] - lp[i][v]);
-        }
-        kl = std::max(kl, 0.0);
-        kl_sum += kl;
-        kl_max = std::max(kl_max, kl);
-        top1 += std::max_element(lp[i].begin(), lp[i].end()) - lp[i].begin() ==
-                std::max_element(full_lp[i].begin(), full_lp[i].end()) - full_lp[i].begin();
-      }
-      row.ppl = std::exp(nll / c.continuation);
-      row.ppl_full = std::exp(full_nll / c.continuation);
-      row.kl_mean = kl_sum / c.continuation;
-      row.kl_max = kl_max;
-      row.top1 = static_cast<double>(top1) / c.continuation;
-      row.attn_err_layer = comp.probe->attention_errors();
       res.rows.push_back(row);
-      say(cat("context ", ctx, " ", r.policy, " ", r.label(), ": KV ", comp.bytes / 1048576.0,
-              " MiB (full ", full_bytes / 1048576.0, "), KL ", row.kl_mean, ", top-1 ", row.top1,
-              ", ppl ", row.ppl, " (full ", row.ppl_full, "), compress ", comp.compress_s, " s"));
     }
   }
 
-  // Needles.
+  if (c.fidelity) {
+    // Fidelity text: tokens of a prefix of the text long enough for the largest context.
+    const int64_t max_ctx = *std::max_element(c.contexts.begin(), c.contexts.end());
+    const int64_t need = c.text_offset + max_ctx + c.continuation + 1;
+    const std::vector<int32_t> ids = kv_eval_detail::encode_prefix(
+        tokenizer, text, need, "kv-eval (offset + context + continuation)");
+    for (size_t ci = 0; ci < c.contexts.size(); ++ci) {
+      run_fidelity(model, c, runs, ids, c.contexts[ci], &res.rows[ci * runs.size()], say);
+    }
+  }
+
+  // Needles and RULER tasks.
   std::mt19937_64 rng(c.seed);
   std::uniform_int_distribution<int> digits(10000, 99999);
-  for (int64_t ctx : c.contexts) {
-    const size_t first_row =
-        runs.size() * static_cast<size_t>(std::find(c.contexts.begin(), c.contexts.end(), ctx) -
-                                          c.contexts.begin());
-    std::vector<double> decode_s(runs.size(), 0), ttft_extra(runs.size(), 0);
-    std::vector<int> steps(runs.size(), 0);
+  RetrievalTotals totals(res.rows.size());
+  for (size_t ci = 0; ci < c.contexts.size(); ++ci) {
+    const int64_t ctx = c.contexts[ci];
+    const size_t first_row = ci * runs.size();
     for (double depth : c.needle_depths) {
-      const std::string key = std::to_string(digits(rng));
-      const auto prompt = needle_prompt(tokenizer, haystack, ctx, depth, key);
-      say(cat("needle ", ctx, " depth ", depth, ": prefill ", prompt.size(), " tokens"));
-      Prefilled p = prefill_recorded(model, prompt, c.window, c.prefill_chunk);
+      const RulerTask task = passkey_task(std::to_string(digits(rng)), depth);
+      say(cat("needle ", ctx, " depth ", depth));
+      const auto answers = answer_runs(model, tokenizer, c, runs, haystack, ctx, task,
+                                       c.needle_answer_tokens, first_row, totals);
       std::string full_answer;
+      int correct = 0;
       for (size_t i = 0; i < runs.size(); ++i) {
-        Compressed comp = compress_copy(p, build(model, c, runs[i]));
-        const Answer a =
-            greedy_answer(model, tokenizer, comp.cache, p.last_logits,
-                          static_cast<int32_t>(prompt.size()), c.needle_answer_tokens, c.decode);
         KvEvalRow& row = res.rows[first_row + i];
-        const bool ok = first_number(a.text) == key;
+        const bool ok = task.score(answers[i]) > 0;
         ++row.needle_trials;
         row.needle_correct += ok;
-        row.needle_answers.push_back(a.text);
-        decode_s[i] += a.decode_s;
-        steps[i] += a.steps;
-        ttft_extra[i] += comp.compress_s;
-        if (!runs[i].budgeted) full_answer = a.text;
-        say(cat("  ", runs[i].policy, " ", runs[i].label(), ": '", a.text, "'",
+        correct += ok;
+        row.needle_answers.push_back(answers[i]);
+        if (!runs[i].budgeted) full_answer = answers[i];
+        say(cat("  ", runs[i].policy, " ", runs[i].label(), ": '", answers[i], "'",
                 ok ? "" : " (wrong)"));
       }
       res.full_needle_answers.push_back(full_answer);
-      int correct = 0;
-      for (size_t i = 0; i < runs.size(); ++i) {
-        correct += first_number(res.rows[first_row + i].needle_answers.back()) == key;
-      }
-      say(cat("needle ", ctx, " depth ", depth, " key ", key, ": full cache answered '",
-              full_answer, "'; ", correct, "/", runs.size(), " runs exact"));
+      say(cat("needle ", ctx, " depth ", depth, " key ", task.expected[0],
+              ": full cache answered '", full_answer, "'; ", correct, "/", runs.size(),
+              " runs exact"));
     }
-    for (size_t i = 0; i < runs.size(); ++i) {
-      KvEvalRow& row = res.rows[first_row + i];
-      if (steps[i] > 0 && decode_s[i] > 0) row.decode_tok_s = steps[i] / decode_s[i];
-      if (!c.needle_depths.empty()) {
-        row.compress_s = ttft_extra[i] / static_cast<double>(c.needle_depths.size());
+    for (const std::string& kind : c.ruler_tasks) {
+      for (int sample = 0; sample < c.ruler_samples; ++sample) {
+        const RulerTask task = make_ruler_task(kind, c.seed, sample, c.ruler);
+        say(cat("ruler ", kind, " ", ctx, " sample ", sample));
+        const auto answers = answer_runs(model, tokenizer, c, runs, haystack, ctx, task,
+                                         c.ruler_answer_tokens, first_row, totals);
+        for (size_t i = 0; i < runs.size(); ++i) {
+          KvEvalRow::Ruler& r = res.rows[first_row + i].ruler[kind];
+          const double score = task.score(answers[i]);
+          ++r.trials;
+          r.score += score;
+          r.answers.push_back(answers[i]);
+          say(cat("  ", runs[i].policy, " ", runs[i].label(), ": '", answers[i], "' score ",
+                  score));
+        }
       }
-      row.ttft_s = row.prefill_s + row.compress_s;
     }
   }
-  if (c.needle_depths.empty()) {
-    for (KvEvalRow& row : res.rows) row.ttft_s = row.prefill_s + row.compress_s;
+  for (size_t i = 0; i < res.rows.size(); ++i) {
+    KvEvalRow& row = res.rows[i];
+    if (totals.steps[i] > 0 && totals.decode_s[i] > 0) {
+      row.decode_tok_s = totals.steps[i] / totals.decode_s[i];
+    }
+    if (totals.prompts[i] > 0) {
+      row.compress_s = totals.compress_s[i] / totals.prompts[i];
+      if (!c.fidelity) row.prefill_s = totals.prefill_s[i] / totals.prompts[i];
+    }
+    row.ttft_s = row.prefill_s + row.compress_s;
   }
   return res;
 }

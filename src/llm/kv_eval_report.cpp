@@ -62,6 +62,12 @@ nlohmann::json KvEvalResult::to_json() const {
                  {"calibration", config.calibration_path},
                  {"needle_depths", config.needle_depths},
                  {"needle_answer_tokens", config.needle_answer_tokens},
+                 {"fidelity", config.fidelity},
+                 {"ruler_tasks", config.ruler_tasks},
+                 {"ruler_samples", config.ruler_samples},
+                 {"ruler_keys", config.ruler.keys},
+                 {"ruler_hops", config.ruler.hops},
+                 {"ruler_answer_tokens", config.ruler_answer_tokens},
                  {"text_offset", config.text_offset},
                  {"decode", decode_arithmetic_name(config.decode)},
                  {"seed", config.seed}};
@@ -71,6 +77,13 @@ nlohmann::json KvEvalResult::to_json() const {
   j["full_needle_answers"] = full_needle_answers;
   nlohmann::json rows = nlohmann::json::array();
   for (const KvEvalRow& r : this->rows) {
+    nlohmann::json ruler = nlohmann::json::object();
+    for (const auto& [kind, x] : r.ruler) {
+      ruler[kind] = {{"trials", x.trials},
+                     {"score", x.score},
+                     {"mean", x.trials > 0 ? x.score / x.trials : 0.0},
+                     {"answers", x.answers}};
+    }
     rows.push_back({{"context", r.context},
                     {"policy", r.policy},
                     {"budget", r.budget},
@@ -86,6 +99,7 @@ nlohmann::json KvEvalResult::to_json() const {
                     {"needle_trials", r.needle_trials},
                     {"needle_correct", r.needle_correct},
                     {"needle_answers", r.needle_answers},
+                    {"ruler", ruler},
                     {"prefill_s", r.prefill_s},
                     {"compress_s", r.compress_s},
                     {"ttft_s", r.ttft_s},
@@ -95,8 +109,46 @@ nlohmann::json KvEvalResult::to_json() const {
   return j;
 }
 
+std::string KvEvalResult::ruler_table() const {
+  if (config.ruler_tasks.empty()) return "";
+  std::ostringstream os;
+  os << "\n| ctx | policy | budget |";
+  for (const std::string& k : config.ruler_tasks)
+    os << " " << k << " (mean of " << config.ruler_samples << ") |";
+  os << "\n|---|---|---|";
+  for (size_t i = 0; i < config.ruler_tasks.size(); ++i) os << "---|";
+  os << "\n";
+  char buf[64];
+  for (const KvEvalRow& r : rows) {
+    os << "| " << r.context << " | " << r.policy << " | " << r.budget << " |";
+    for (const std::string& k : config.ruler_tasks) {
+      const auto it = r.ruler.find(k);
+      const double mean = it == r.ruler.end() || it->second.trials == 0
+                              ? 0.0
+                              : it->second.score / it->second.trials;
+      std::snprintf(buf, sizeof buf, " %.3f |", mean);
+      os << buf;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
 std::string KvEvalResult::table() const {
   std::ostringstream os;
+  if (!config.fidelity) {  // no fidelity or memory figures were measured
+    os << "| ctx | policy | budget | needle | compress ms | TTFT s | decode tok/s |\n"
+       << "|---|---|---|---|---|---|---|\n";
+    for (const KvEvalRow& r : rows) {
+      char line[256];
+      std::snprintf(line, sizeof line, "| %lld | %s | %s | %d/%d | %.1f | %.2f | %.1f |\n",
+                    static_cast<long long>(r.context), r.policy.c_str(), r.budget.c_str(),
+                    r.needle_correct, r.needle_trials, r.compress_s * 1e3, r.ttft_s,
+                    r.decode_tok_s);
+      os << line;
+    }
+    return os.str() + ruler_table();
+  }
   os << "| ctx | policy | budget | tokens/head | KV MiB | KV % | KL mean | KL max | top-1 | PPL "
         "(full) | attn err | needle | compress ms | TTFT s | decode tok/s |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -115,7 +167,7 @@ std::string KvEvalResult::table() const {
                   r.compress_s * 1e3, r.ttft_s, r.decode_tok_s);
     os << buf;
   }
-  return os.str();
+  return os.str() + ruler_table();
 }
 
 }  // namespace tandem::llm

@@ -13,6 +13,7 @@
 #include "tandem/core/allocator.h"
 #include "tandem/llm/generate.h"
 #include "tandem/llm/kv_policies.h"
+#include "tandem/llm/kv_quant.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/synthetic_model.h"
 
@@ -127,6 +128,44 @@ TEST(KvPoliciesModel, EveryPolicyHoldsItsBudgetInMeasuredBytes) {
     }
     if (name == "streamingllm" || name == "h2o") {
       EXPECT_EQ(cache.max_tokens(), budget) << name;  // they keep the budget while decoding
+    }
+  }
+}
+
+// H2O's decode (issue 23.2: it ran far slower than every other policy at 8k): per decode step the
+// model's attention runs once per layer, over exactly budget + 1 keys in every head (the kept
+// tokens and the step's own), and the step's eviction brings every head back to the budget. A cache
+// that was not compacted, or a second attention pass per step, fails here without any timing.
+TEST(KvPoliciesModel, H2oDecodeAttendsOnlyItsBudgetEveryStep) {
+  TempDir dir;
+  const Model model = tiny_model(dir);
+  const int64_t budget = 40;
+  KvPolicyOptions o{.budget_tokens = budget, .window = 16};
+  KvCache cache = model.make_cache(make_kv_policy("h2o", o, model.make_cache().shape()), 16);
+  const auto p = prompt(300);
+  std::vector<int32_t> pos(p.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  model.forward(p, pos, cache, {.last_only = true});
+  cache.policy().on_prefill_done(cache);
+  ASSERT_EQ(cache.max_tokens(), budget);
+  const auto& s = cache.shape();
+  for (int step = 0; step < 8; ++step) {
+    int calls = 0;
+    {
+      ScopedAttentionTap tap(
+          [&](const KvCache& c, int layer, const Tensor&, std::span<const int32_t>) {
+            ++calls;
+            for (int h = 0; h < s.n_kv_heads; ++h) {
+              EXPECT_EQ(c.tokens(layer, h), budget + 1) << "step " << step << " layer " << layer;
+            }
+          });
+      const int32_t tok[1] = {3 + step}, ps[1] = {300 + step};
+      model.forward(tok, ps, cache, {.last_only = true});
+    }
+    EXPECT_EQ(calls, s.n_layers) << "step " << step;
+    cache.policy().on_decode_step(cache);
+    for (int l = 0; l < s.n_layers; ++l) {
+      for (int h = 0; h < s.n_kv_heads; ++h) EXPECT_EQ(cache.tokens(l, h), budget);
     }
   }
 }

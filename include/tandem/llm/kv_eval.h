@@ -14,6 +14,9 @@
 //             decode query against the full and the compressed cache).
 //   needle    a passkey sentence planted at depths 0.1..0.9 of real text, the question at the end
 //             (chat template), greedy answer, exact match of the number; also decode tokens/s.
+//   ruler     RULER-style retrieval (kv_ruler.h): multi-key needles and variable tracking,
+//             `ruler_samples` seeded prompts per task and context, the same greedy answer per
+//             policy x budget, mean score per task (the full cache's row is the ceiling).
 //   memory    KV bytes after compression (the allocator's live-byte change, equal to
 //             KvCache::bytes()), compression time (scoring + clustering + retain) apart from the
 //             prefill, TTFT = prefill + compression.
@@ -35,6 +38,7 @@
 
 #include "tandem/export.h"
 #include "tandem/llm/kv_policies.h"
+#include "tandem/llm/kv_ruler.h"
 #include "tandem/llm/model.h"
 #include "tandem/llm/tokenizer.h"
 
@@ -60,7 +64,12 @@ struct KvEvalConfig {
   std::map<std::string, std::string> extra;  // KvPolicyOptions::extra for every policy
   std::vector<double> needle_depths = {0.1, 0.3, 0.5, 0.7, 0.9};  // empty: no needle test
   int needle_answer_tokens = 12;
-  int64_t text_offset = 0;  // token offset of the fidelity context in the text
+  bool fidelity = true;                  // false: no fidelity runs (the needle / RULER only)
+  std::vector<std::string> ruler_tasks;  // kinds of kv_ruler.h (empty: none)
+  int ruler_samples = 2;                 // prompts per task and context
+  RulerTaskOptions ruler;                // keys, hops
+  int ruler_answer_tokens = 32;          // greedy tokens per RULER answer
+  int64_t text_offset = 0;               // token offset of the fidelity context in the text
   int prefill_chunk = 512;
   // The teacher-forced and greedy decode steps (full and compressed caches alike): int8
   // activations by default, kF32 for reference runs (DecodeArithmetic in model.h).
@@ -86,11 +95,18 @@ struct KvEvalRow {
   // needle
   int needle_trials = 0, needle_correct = 0;
   std::vector<std::string> needle_answers;  // greedy answers, in depth order
+  // RULER tasks by kind: samples run, summed score (mean = score / trials), answers by sample.
+  struct Ruler {
+    int trials = 0;
+    double score = 0;
+    std::vector<std::string> answers;
+  };
+  std::map<std::string, Ruler> ruler;
   // time
-  double prefill_s = 0;     // shared full prefill of this context
+  double prefill_s = 0;     // shared full prefill of this context (no fidelity: the prompts')
   double compress_s = 0;    // policy's on_prefill_done (score, cluster, retain), mean over runs
   double ttft_s = 0;        // prefill_s + compress_s
-  double decode_tok_s = 0;  // greedy decode in the needle runs (no probes attached)
+  double decode_tok_s = 0;  // greedy decode in the needle and RULER runs (no probes attached)
 };
 
 struct KvEvalResult {
@@ -100,7 +116,8 @@ struct KvEvalResult {
   std::vector<KvEvalRow> rows;
   std::vector<std::string> full_needle_answers;  // per context x depth, the full cache's answer
   TANDEM_API nlohmann::json to_json() const;
-  TANDEM_API std::string table() const;  // markdown
+  TANDEM_API std::string table() const;        // markdown (with ruler_table() after it)
+  TANDEM_API std::string ruler_table() const;  // RULER mean scores per row ("" without tasks)
 };
 
 // text: the fidelity text (context + continuation taken from it at config.text_offset);

@@ -12,6 +12,8 @@
 namespace tandem::llm {
 namespace {
 
+constexpr int64_t kParallelScoreWork = 4096;  // queries x keys below which one thread scores
+
 // Widens the K rows of one (layer, head) to f32 [n, head_dim] and collects the slot positions.
 void gather_keys(const KvCache& cache, int layer, int head, std::vector<float>& keys,
                  std::vector<int32_t>& positions) {
@@ -61,8 +63,7 @@ std::vector<std::vector<float>> window_attention_scores(const KvCache& cache, in
     const int64_t n = static_cast<int64_t>(pos.size());
     std::vector<float> partial(static_cast<size_t>(group * n), 0.0f);
     const float* qd = qc.data<float>();
-#pragma omp parallel for schedule(static) num_threads(cpu_num_threads()) if (n * w > 4096)
-    for (int64_t g = 0; g < group; ++g) {
+    auto score_group = [&](int64_t g) {
       std::vector<float> logit(static_cast<size_t>(n));
       float* acc = partial.data() + g * n;
       for (int64_t i = 0; i < w; ++i) {
@@ -88,6 +89,15 @@ std::vector<std::vector<float>> window_attention_scores(const KvCache& cache, in
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < n; ++j) acc[j] += logit[j] * inv;
       }
+    };
+    // Small passes (H2O scores every decode query) stay out of OpenMP altogether: entering even a
+    // serialized parallel region between the model's parallel kernels cost H2O's decode more than
+    // the scoring itself (docs/kv-eviction.md, H2O's decode).
+    if (n * w > kParallelScoreWork) {
+#pragma omp parallel for schedule(static) num_threads(cpu_num_threads())
+      for (int64_t g = 0; g < group; ++g) score_group(g);
+    } else {
+      for (int64_t g = 0; g < group; ++g) score_group(g);
     }
     out[h].assign(static_cast<size_t>(n), 0.0f);
     for (int64_t g = 0; g < group; ++g) {
