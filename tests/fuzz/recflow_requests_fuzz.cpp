@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzz target for converted RecFlow request files (recsys/recflow_data.h): any bytes must be read or
-// raise a tandem::Error. An accepted file must write back and read again to the same requests,
+// Fuzz target for converted RecFlow request files (recsys/recflow_data.h): any bytes must be read
+// or raise a tandem::Error. An accepted file must write back and read again to the same requests,
 // and every request with candidates must map onto the recflow-din schema (tables scaled 1e-3)
 // with every id inside its table. Replayed by ctest over tests/fuzz/corpus/recflow_requests; a
 // libFuzzer binary with -DTANDEM_FUZZ=ON (scripts/fuzz.sh).
