@@ -469,7 +469,8 @@ class OpScheduler final : public PolicyBase {
     auto event = ex_.create_event();
     ex_.record(*event, st.id);
     for (size_t k = 0; k < group.size(); ++k) {
-      auto [q, i] = group[k];
+      Query* const q = group[k].first;  // not a structured binding: clang 14 cannot capture one
+      const int i = group[k].second;
       const OpCost& c = q->cost[i];
       const double pred = preds[k];
       q->event[i] = event;
