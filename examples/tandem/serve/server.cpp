@@ -2,6 +2,8 @@
 // The HTTP layer of `tandem serve`: routes, authentication, validation, streaming; see server.h.
 #include "server.h"
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include <algorithm>
@@ -307,6 +309,16 @@ Server::~Server() { stop(); }
 
 int Server::start() {
   const std::string& host = impl_->options.host;
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed in Debian's
+  // compiled library): a burst of more new connections overflows the accept queue, the kernel
+  // answers with SYN cookies and drops ACKs, and some clients see their connection fail ("Read"
+  // errors in a 32-client soak). So the listening socket is recorded when it is made and listen()
+  // is called again with the system's maximum once it is bound.
+  int listen_fd = -1;
+  impl_->http.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    if (listen_fd < 0) listen_fd = static_cast<int>(sock);
+  });
   if (impl_->options.port == 0) {
     impl_->port = impl_->http.bind_to_any_port(host);
   } else if (impl_->http.bind_to_port(host, impl_->options.port)) {
@@ -317,6 +329,8 @@ int Server::start() {
   if (impl_->port <= 0) {
     throw IoError("serve: cannot listen on " + host + ":" + std::to_string(impl_->options.port));
   }
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  impl_->http.set_socket_options(httplib::default_socket_options);
   impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
   return impl_->port;
 }
