@@ -3,7 +3,10 @@
 // emulated devices and links.
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <set>
 #include <thread>
@@ -471,6 +474,45 @@ TEST(SchedLinkTracker, SmoothsAndFlagsMovesPastTheThreshold) {
   EXPECT_THROW(LinkTracker(0.5, 0), InvalidArgument);
   PipelineOptions o;
   EXPECT_THROW(probe_link("nowhere", ClusterSpec{}, {}, o), InvalidArgument);
+}
+
+// A stage that waits (sleeps) or works (spins on this thread's CPU clock) for `seconds`.
+struct WaitOrWorkStage : Stage {
+  WaitOrWorkStage(bool work, double seconds) : work(work), seconds(seconds) {}
+  std::string kind() const override { return "test.wait_or_work"; }
+  Packet process(Packet p) override {
+    if (!work) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      return p;
+    }
+    timespec t0{}, t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do {
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while (double(t.tv_sec - t0.tv_sec) + 1e-9 * double(t.tv_nsec - t0.tv_nsec) < seconds);
+    return p;
+  }
+  bool work;
+  double seconds;
+};
+
+// With one thread a device stretches the CPU time its stage used, not the wall time: time spent
+// waiting (here a sleep; on a shared machine, other processes holding the core) is not multiplied
+// by 1 / speed_factor.
+TEST(SchedEmulation, OneThreadDeviceStretchesItsWorkNotItsWaiting) {
+  const EmulatedDevice slow{.threads = 1, .speed_factor = 0.02};
+  WaitOrWorkStage waiting(false, 0.005), working(true, 0.005);
+  double waited = 0, worked = 0;
+  slow.run(waiting, Packet{}, &waited);
+  slow.run(working, Packet{}, &worked);
+  EXPECT_GE(waited, 0.005);
+  EXPECT_LT(waited, 0.2);  // stretched by 1 / 0.02 it would be 0.25 s
+  // 5 ms of CPU time, 50x slower (a sleep never ends early)
+  EXPECT_GE(worked, 0.25 - 1e-6);
+  double measured = 0;
+  slow.measure(working, Packet{}, &measured);
+  EXPECT_GE(measured, 0.25 - 1e-6);
+  EXPECT_LT(measured, 0.2 / 0.02);
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 //
 // Why: the kernel here has no netem and the machine has one kind of CPU, yet the planners target
 // mismatched devices over slow links. An EmulatedDevice with speed_factor 0.5 runs a stage, then
-// sleeps as long again (wall = elapsed / speed_factor); an EmulatedLink built from a ClusterSpec
-// LinkProfile sleeps latency_s + U(-jitter, +jitter) + bytes / bandwidth_bytes_per_s per message.
-// Drops are drawn from a seeded generator, so a run's fault pattern repeats.
+// sleeps until twice the stage's work has passed: wall = max(elapsed, busy / speed_factor), where
+// busy is the thread's CPU time with threads = 1 (so time another process held the core is not
+// stretched too: several slow devices sharing the cores would otherwise multiply each other's
+// contention by 1 / speed_factor) and the elapsed time otherwise; an EmulatedLink built from a
+// ClusterSpec LinkProfile sleeps latency_s + U(-jitter, +jitter) + bytes / bandwidth_bytes_per_s
+// per message. Drops are drawn from a seeded generator, so a run's fault pattern repeats.
 //
 //   EmulatedDevice dev{.threads = 2, .speed_factor = 0.5};
 //   double compute_s = 0;
@@ -37,19 +40,19 @@ struct TANDEM_API EmulatedDevice {
   // Seconds this device takes for what ran here in `elapsed_s`: core on_device_s (cost_model.h),
   // the one place speed_factor applies.
   double emulated_s(double elapsed_s) const;
-  // Runs stage.process(in); then sleeps until emulated_s(elapsed) has passed (a device cannot be
-  // sped up by sleeping: factors > 1 run at this machine's speed). `compute_s` (optional)
-  // receives the wall time.
+  // Runs stage.process(in); then sleeps until emulated_s(busy) has passed, busy as above (a
+  // device cannot be sped up by sleeping: factors > 1 run at this machine's speed). `compute_s`
+  // (optional) receives the wall time.
   Packet run(Stage& stage, Packet in, double* compute_s = nullptr) const;
-  // Runs stage.process(in) without sleeping; `compute_s` receives emulated_s(elapsed) (replays,
-  // which schedule measured times in the simulator instead of waiting them out).
+  // Runs stage.process(in) without sleeping; `compute_s` receives emulated_s(busy)
+  // (replays, which schedule measured times in the simulator instead of waiting them out).
   Packet measure(Stage& stage, Packet in, double* compute_s) const;
   nlohmann::json to_json() const;
   static EmulatedDevice from_profile(const DeviceProfile& d);
   static EmulatedDevice from_json(const nlohmann::json& j);  // InvalidArgument on bad values
 
  private:
-  Packet process_timed(Stage& stage, Packet in, double* elapsed_s) const;
+  Packet process_timed(Stage& stage, Packet in, double* elapsed_s, double* busy_s) const;
 };
 
 struct LinkFaults {
