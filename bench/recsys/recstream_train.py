@@ -41,18 +41,20 @@ def mlp(rng, n, lo, hi):
     return [int(rng.integers(lo, hi + 1)) for _ in range(n)]
 
 
-def variant(rng, i):
-    """A random model config object of the zoo format (docs/recsys.md)."""
+def variant(rng, i, max_rows=512, max_pooling=120):
+    """A random model config object of the zoo format (docs/recsys.md). max_rows / max_pooling cap
+    the query sizes and DLRM's pooling (the CPU executor computes every op for real in wall time,
+    so its sweep keeps queries small enough to measure many in a short window)."""
     kind = ["dlrm", "wnd", "din", "bst"][i % 4]
     dim = int(rng.choice([8, 16, 32, 64, 128]))
     ntab = int(rng.integers(4, 65)) if kind in ("dlrm", "wnd") else int(rng.integers(1, 5))
     rows = int(rng.integers(1000, 50001))
     # Query sizes up to the full-size zoo's 128 rows and beyond (MLPerf's sizes reach 700).
     m = {"kind": kind, "embedding_dim": dim,
-         "query_size": int(rng.choice([16, 32, 64, 128, 256, 512])),
+         "query_size": int(rng.choice([r for r in (16, 32, 64, 128, 256, 512) if r <= max_rows])),
          "seed": int(rng.integers(1, 1 << 30)), "description": f"recstream training variant {i}"}
     if kind == "dlrm":
-        m["pooling"] = int(rng.integers(1, 121))  # up to RM2's 120
+        m["pooling"] = int(rng.integers(1, max_pooling + 1))  # up to RM2's 120
         m["dense_features"] = int(rng.integers(8, 513))
         m["interaction"] = str(rng.choice(["dot", "cat"]))
         m["bottom_mlp"] = mlp(rng, int(rng.integers(0, 3)), 16, 512) + [dim]
@@ -106,7 +108,7 @@ def sweep(a):
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp, open(a.out, "a") as out:
         for i in range(a.pairs):
-            m = variant(rng, i)
+            m = variant(rng, i, a.max_query_size, a.max_pooling)
             clients = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
             size_dist = str(rng.choice(["fixed", "lognormal"]))
             if i < done:
@@ -265,7 +267,7 @@ def train(a):
             print(f"epoch {epoch}: train loss {total / len(tr):.4f}; "
                   f"{summary(fold_normalisation(p, xs, zm, zs, ym, ys), val)}", file=sys.stderr)
     q = fold_normalisation(p, xs, zm, zs, ym, ys)
-    doc = {"format": "tandem-recstream", "version": 1, "executor": "sim",
+    doc = {"format": "tandem-recstream", "version": 1, "executor": a.executor,
            "device_class": a.device_class, "configs": CONFIGS, "node_features": NODE_FEATURES,
            "load_features": LOAD_FEATURES}
     for k in ("W1", "b1", "W2", "b2", "Wz", "bz", "Wh", "bh", "Wo", "bo"):
@@ -377,7 +379,7 @@ def plot(runs, path):
     models = sorted({j["params"]["model"] for j in runs})
     w, h = 300, 200
     out = document(60 + len(models) * (w + 90), h + 130, "RecStream vs B5 on held-out pairs "
-                   "(p99 ms, sim:h100)", list(series), series)
+                   "(p99 ms)", list(series), series)
     for i, m in enumerate(models):
         rs = sorted((j for j in runs if j["params"]["model"] == m),
                     key=lambda j: j["params"]["clients"])
@@ -403,12 +405,16 @@ def main():
     s.add_argument("--duration", type=float, default=0.002)
     s.add_argument("--device", default="sim:h100")
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--max-query-size", type=int, default=512, help="largest rows per query drawn")
+    s.add_argument("--max-pooling", type=int, default=120, help="largest DLRM pooling drawn")
     s.add_argument("--max-seconds", type=float, default=900, help="stop starting pairs after this")
     s.add_argument("--out", required=True)
     t = sub.add_parser("train")
     t.add_argument("sweep")
     t.add_argument("--out", required=True)
     t.add_argument("--device-class", default="h100")
+    t.add_argument("--executor", default="sim", choices=["sim", "cpu"],
+                   help="the executor the sweep measured (sim: SimExecutor, cpu: CpuExecutor)")
     t.add_argument("--hidden", type=int, default=64)
     t.add_argument("--z-hidden", type=int, default=32)
     t.add_argument("--head-hidden", type=int, default=64)
