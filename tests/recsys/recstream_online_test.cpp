@@ -20,9 +20,10 @@ namespace {
 
 const char* const kCycle[] = {"recos:4", "stream-pool:2", "recos:1", "stream-pool:8", "recos:2"};
 
-std::string committed_weights() {
+std::string committed_weights(const char* name = "sim-h100.json") {
   std::string path = TANDEM_SOURCE_DIR;
-  path += "/configs/recsys/recstream/sim-h100.json";
+  path += "/configs/recsys/recstream/";
+  path += name;
   return path;
 }
 
@@ -167,6 +168,19 @@ TEST(RecStreamOnline, HillClimbingWithoutFittingWeights) {
     EXPECT_TRUE(reason == "hill-probe" || reason == "hill-settle") << r;
     EXPECT_TRUE(r["measured_from_p99_ms"].is_number()) << r;
   }
+}
+
+// The CPU executor's committed weights load and decide on a CpuExecutor, and fit no simulator.
+TEST(RecStreamOnline, CommittedCpuWeightsFitOnlyTheCpuExecutor) {
+  Fixture fx("tiny-dlrm");
+  CpuExecutor cpu(test_cpu_profile());
+  auto on_cpu =
+      make_recstream_online(fx.model, cpu, {.weights = committed_weights("cpu-2core.json")});
+  EXPECT_EQ(on_cpu->stats()["online"]["mode"], "recstream");
+  SimExecutor sim(sim_device("h100"));
+  auto on_sim =
+      make_recstream_online(fx.model, sim, {.weights = committed_weights("cpu-2core.json")});
+  EXPECT_EQ(on_sim->stats()["online"]["mode"], "hill");
 }
 
 void write_file(const std::string& path, const nlohmann::json& j) {
