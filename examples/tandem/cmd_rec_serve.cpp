@@ -178,7 +178,7 @@ void print_gpu_cache(const nlohmann::json& e) {
     hi = std::max(hi, t["hit_rate"].get<double>());
   }
   std::printf(
-      ", GPU cache (%.1f MiB, tau %g) hit rate %.1f%% (tables %.1f..%.1f%%), %.1f MiB over "
+      ", GPU cache (%.4g MiB, tau %g) hit rate %.1f%% (tables %.1f..%.1f%%), %.1f MiB over "
       "the host link",
       e["cache_bytes"].get<double>() / (1 << 20), e["tau"].get<double>(),
       100 * e["hit_rate"].get<double>(), 100 * lo, 100 * hi,
