@@ -5,6 +5,7 @@
 // insertions and prefetches land on the copy stream; bad options are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "serving_check.h"
@@ -67,6 +68,50 @@ TEST(RecSimEmbedding, ScoresWithTheCacheEqualTheSequentialOnes) {
           EXPECT_TRUE(p->stats().contains("embedding")) << tag;
         }
       }
+  }
+}
+
+// RecModel::lookup_rows names the rows the lookup nodes read: rebuilding each node's output from
+// those rows of the tables gives the node's own output (pooled sums; concatenated item rows).
+TEST(RecSimEmbedding, LookupRowsAreTheRowsTheNodesRead) {
+  for (const char* model : {"tiny-dlrm", "tiny-din", "tiny-dssm"}) {
+    Fixture fx(model);
+    const RecModel& m = fx.model;
+    const QueryInputs& q = *fx.pool[7];
+    QueryState st = m.make_state(q);
+    for (int id : m.topological_order()) m.run_node(id, st);
+    int checked = 0;
+    for (int n = 0; n < m.num_nodes(); ++n) {
+      const std::vector<TableRows> trs = m.lookup_rows(n, q);
+      if (trs.empty()) continue;
+      const Tensor& out = st.values[size_t(n)];
+      const int64_t width = out.numel() / q.rows;
+      const bool pooled = trs.size() == 1 && trs[0].table < int(m.tables().size());
+      std::vector<float> want(size_t(out.numel()), 0.0f), row;
+      int64_t col = 0;
+      for (const TableRows& tr : trs) {
+        const EmbeddingTable& t = m.lookup_table(tr.table);
+        row.resize(size_t(t.dim()));
+        for (size_t i = 0; i < tr.rows.size(); ++i) {
+          t.read_row(tr.rows[i], row.data());
+          // A pooled bag: rows [offsets[r], offsets[r+1]) sum into output row r; an item gather:
+          // the i-th row is the i-th output position, at this table's columns.
+          const auto& off = q.offsets[size_t(tr.table)];
+          const int64_t at =
+              pooled ? (std::upper_bound(off.begin(), off.end(), off.front() + int64_t(i)) -
+                        off.begin() - 1) *
+                           width
+                     : int64_t(i) * (width / int64_t(tr.rows.size() / size_t(q.rows))) + col;
+          for (int64_t d = 0; d < t.dim(); ++d) want[size_t(at + d)] += row[size_t(d)];
+        }
+        col += t.dim();
+      }
+      const float* got = out.data<float>();
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5f) << model << " node " << m.node_name(n) << " at " << i;
+      ++checked;
+    }
+    EXPECT_GE(checked, 2) << model;
   }
 }
 
