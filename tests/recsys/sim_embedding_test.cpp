@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // SimExecutor's embedding store (SimEmbeddingOptions): scores with host tables and the GPU cache
-// (synchronous, asynchronous, prefetched) equal the sequential ones; the lookups' real keys go
+// (synchronous, asynchronous, prefetched) equal the sequential ones; RecModel::lookup_rows names
+// the rows the lookup nodes read; the lookups' real keys go
 // through the cache (exact hit and miss counts); misses cost host-link time; asynchronous
 // insertions and prefetches land on the copy stream; bad options are refused.
 #include <gtest/gtest.h>

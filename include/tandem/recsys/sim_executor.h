@@ -20,6 +20,8 @@
 //   MEM:  max(1, sum of share over MEM ops doing work)    (they share the bandwidth)
 //   COMP: max(1, sum of share over COMP ops doing work)   (they share the SMs)
 //   times (1 + mem_comp_penalty) while an op of the other class does work.
+// With SimOptions::embedding.host_tables the tables live in host memory behind a GPU cache: a
+// lookup op also pays the host link for the rows the cache misses (SimEmbeddingOptions below).
 // Nothing happens in simulated time until the simulation is driven: run_until_idle(), step(),
 // synchronize(), or an event's synchronize(). Host callbacks run inside the simulation, on the
 // driving thread, at the simulated time their stream reaches them, and may issue more work.
