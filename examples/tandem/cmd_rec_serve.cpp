@@ -12,6 +12,8 @@
 //   tandem rec-serve --model bst --device sim:h100 --clients 32 --duration 0.2 --policy recos
 //   tandem rec-serve --model rm2 --device sim:h100 --load-phases 8:1,64:1 \
 //       --recstream configs/recsys/recstream/sim-h100.json
+//   tandem rec-serve --model rm2 --device sim:h100 --sim-timing-only --gpu-cache-mib 64 \
+//       --gpu-cache-tau 0.9 --gpu-cache-prefetch
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -65,7 +67,10 @@ struct RecServeOptions {
   std::string size_dist = "fixed";
   std::string table_dtype;
   std::string table_dir;
-  bool early_touch = false;  // touch admitted queries' mapped rows on a background thread
+  bool early_touch = false;   // touch admitted queries' mapped rows on a background thread
+  double gpu_cache_mib = -1;  // sim: tables in host memory behind a GPU cache of this size
+  double gpu_cache_tau = rec::SimEmbeddingOptions{}.tau;
+  bool gpu_cache_prefetch = false;
   std::string size_quantiles;
   std::string device = "cpu";
   std::string device_profile;  // a `tandem profile` JSON file; empty: measure this machine
@@ -141,10 +146,9 @@ std::vector<std::pair<int, double>> parse_load_phases(const std::string& spec) {
 
 // The serving policy: `po`'s, or RecStream online switching (--recstream) behind the admission
 // layer when that is enabled.
-std::unique_ptr<rec::ServingPolicy> make_serving_policy(const RecServeOptions& o,
-                                                        const rec::RecModel& model,
-                                                        rec::Executor& ex,
-                                                        const rec::PolicyOptions& po) {
+std::unique_ptr<rec::ServingPolicy> make_base_policy(const RecServeOptions& o,
+                                                     const rec::RecModel& model, rec::Executor& ex,
+                                                     const rec::PolicyOptions& po) {
   if (o.recstream.empty()) return rec::make_policy(model, ex, po);
   rec::RecStreamOnlineOptions ro = o.online;
   ro.base = po;
@@ -153,6 +157,32 @@ std::unique_ptr<rec::ServingPolicy> make_serving_policy(const RecServeOptions& o
   std::unique_ptr<rec::ServingPolicy> p = rec::make_recstream_online(model, ex, ro);
   if (!po.admission.enabled()) return p;
   return rec::with_admission(std::move(p), model, ex, po.admission, po.streams);
+}
+
+// make_base_policy, with --gpu-cache-prefetch prefetching each admitted query's rows (run_rec_serve
+// allows it on simulated devices only).
+std::unique_ptr<rec::ServingPolicy> make_serving_policy(const RecServeOptions& o,
+                                                        const rec::RecModel& model,
+                                                        rec::Executor& ex,
+                                                        const rec::PolicyOptions& po) {
+  std::unique_ptr<rec::ServingPolicy> p = make_base_policy(o, model, ex, po);
+  if (!o.gpu_cache_prefetch) return p;
+  return rec::with_gpu_prefetch(std::move(p), model, dynamic_cast<rec::SimExecutor&>(ex));
+}
+
+// The simulated GPU cache's totals (host tables: every miss crossed the host link).
+void print_gpu_cache(const nlohmann::json& e) {
+  double lo = 1, hi = 0;
+  for (const auto& t : e["tables"]) {
+    lo = std::min(lo, t["hit_rate"].get<double>());
+    hi = std::max(hi, t["hit_rate"].get<double>());
+  }
+  std::printf(
+      ", GPU cache (%.4g MiB, tau %g) hit rate %.1f%% (tables %.1f..%.1f%%), %.1f MiB over "
+      "the host link",
+      e["cache_bytes"].get<double>() / (1 << 20), e["tau"].get<double>(),
+      100 * e["hit_rate"].get<double>(), 100 * lo, 100 * hi,
+      e["host_link_bytes"].get<double>() / (1 << 20));
 }
 
 // The switches of --recstream as a table.
@@ -201,6 +231,17 @@ int run_rec_serve(const RecServeOptions& o) {
   using namespace tandem::rec;
   if (!o.recstream.empty() && !o.pipeline.empty())
     throw InvalidArgument("--recstream serves one model, not --pipeline");
+  const bool gpu_cache = o.gpu_cache_mib >= 0;
+  if ((gpu_cache || o.gpu_cache_prefetch) && !o.pipeline.empty())
+    throw InvalidArgument(
+        "--gpu-cache-mib and --gpu-cache-prefetch serve one model, not --pipeline");
+  if ((gpu_cache || o.gpu_cache_prefetch) && o.device.rfind("sim:", 0) != 0)
+    throw InvalidArgument(
+        "--gpu-cache-mib and --gpu-cache-prefetch need a simulated device (--device sim:...), "
+        "not '" +
+        o.device + "'");
+  if (o.gpu_cache_prefetch && !(o.gpu_cache_mib > 0))
+    throw InvalidArgument("--gpu-cache-prefetch needs a GPU cache (--gpu-cache-mib > 0)");
   if (!o.pipeline.empty()) return run_pipeline(o);
   if (o.threads > 0) set_cpu_num_threads(o.threads);
   ModelConfig cfg = zoo_config(o.model);
@@ -258,7 +299,12 @@ int run_rec_serve(const RecServeOptions& o) {
   };
   std::unique_ptr<Executor> executor;
   SimDevice sim_dev;
-  const SimOptions sim_opt = sim_options(o.device, o.seed, o.jitter, o.timing_only);
+  SimOptions sim_opt = sim_options(o.device, o.seed, o.jitter, o.timing_only);
+  if (gpu_cache) {
+    sim_opt.embedding.host_tables = true;
+    sim_opt.embedding.cache_bytes = static_cast<int64_t>(o.gpu_cache_mib * (1 << 20));
+    sim_opt.embedding.tau = o.gpu_cache_tau;
+  }
   if (simulated) {
     const std::string name = o.device.substr(4);
     sim_dev = name == "cpu" ? sim_cpu_device(profile()) : sim_device(name);
@@ -321,8 +367,9 @@ int run_rec_serve(const RecServeOptions& o) {
     ltp = latency_bounded_throughput(
         [&](SimExecutor& e) { return make_serving_policy(o, model, e, po); }, sim_dev, sim_opt,
         po.sla_ms, pool, lo);
-  nlohmann::json breakdown;
+  nlohmann::json breakdown, gpu_cache_stats;
   if (simulated) breakdown = phase_breakdown(model, static_cast<SimExecutor&>(ex));
+  if (gpu_cache) gpu_cache_stats = static_cast<SimExecutor&>(ex).embedding_stats();
   if (!o.trace.empty()) tracer.write(o.trace);
   auto caches = model.cache_stats();
   double hit = 0;
@@ -378,6 +425,7 @@ int run_rec_serve(const RecServeOptions& o) {
     if (!sched.empty()) j["results"]["scheduler"] = sched;
     if (!ltp.is_null()) j["results"]["latency_bounded_throughput"] = ltp;
     if (!breakdown.is_null()) j["results"]["breakdown_ms"] = breakdown;
+    if (gpu_cache) j["results"]["gpu_cache"] = gpu_cache_stats;
     if (simulated) j["params"]["sim_device"] = sim_dev.to_json();
     if (!caches.empty()) {
       j["results"]["cache_hit_rate"] = hit;
@@ -418,6 +466,7 @@ int run_rec_serve(const RecServeOptions& o) {
                 static_cast<long long>(s.dropped), static_cast<long long>(o.max_outstanding),
                 static_cast<long long>(s.late));
   if (!caches.empty()) std::printf(", hot-row cache hit rate %.1f%%", 100 * hit);
+  if (gpu_cache) print_gpu_cache(gpu_cache_stats);
   if (!breakdown.is_null())
     std::printf("; per query (mean ms): queue %.3f, embedding %.3f, dense %.3f, copies 0 (elided)",
                 s.queue_ms.mean, breakdown["embedding"].get<double>(),
@@ -621,6 +670,20 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "Admission: requests handed to the policy at once (0 = --streams)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  sub->add_option("--gpu-cache-mib", o->gpu_cache_mib,
+                  "sim: the tables live in host memory; lookups go through a GPU cache "
+                  "(HugeCTR gpu_cache semantics) of this many MiB, split over the tables by "
+                  "size; misses cross the host link (0 = no cache; default: tables in HBM)")
+      ->check(number_in(0.0, 1e8));
+  sub->add_option("--gpu-cache-tau", o->gpu_cache_tau,
+                  "sim: insert missed rows synchronously while the cache's window hit rate is "
+                  "below this, asynchronously on the copy stream otherwise (1 = always "
+                  "synchronously)")
+      ->check(number_in(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_flag("--gpu-cache-prefetch", o->gpu_cache_prefetch,
+                "sim: send each submitted query's missing rows to the GPU cache early, on the "
+                "copy stream (spec B7)");
   sub->add_option("--cache-rows", o->cache_rows, "Hot-row cache rows per table (0 = none)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
   sub->add_option("--pool", o->pool, "Distinct queries generated and reused")

@@ -15,6 +15,14 @@ namespace tandem::rec {
 
 uint64_t table_salt(const std::string& table_name) { return fnv1a64("salt:" + table_name); }
 
+std::vector<int64_t> rows_of_ids(const TableConfig& c, const std::vector<int64_t>& ids) {
+  if (!c.hash) return ids;
+  std::vector<int64_t> rows(ids.size());
+  const uint64_t salt = table_salt(c.name);
+  for (size_t i = 0; i < ids.size(); ++i) rows[i] = hash_id(ids[i], salt, c.rows);
+  return rows;
+}
+
 bool is_lookup_kind(const std::string& kind) {
   return kind == "emb_bag" || kind == "emb_gather" || kind == "wide";
 }
@@ -235,10 +243,7 @@ int64_t RecModel::touch(const QueryInputs& q) const {
   auto touch_ids = [&](const EmbeddingTable& t, const TableConfig& c,
                        const std::vector<int64_t>& ids) {
     if (!t.mapped()) return;
-    rows.resize(ids.size());
-    const uint64_t salt = table_salt(c.name);
-    for (size_t i = 0; i < ids.size(); ++i)
-      rows[i] = c.hash ? hash_id(ids[i], salt, t.rows()) : ids[i];
+    rows = rows_of_ids(c, ids);
     pages += t.touch_rows(rows.data(), static_cast<int64_t>(rows.size()));
   };
   for (size_t t = 0; t < m.tables.size() && t < q.ids.size(); ++t)
@@ -248,6 +253,18 @@ int64_t RecModel::touch(const QueryInputs& q) const {
     if (k < q.seq_ids.size()) touch_ids(m.item_tables[k], m.cfg.item_tables[k], q.seq_ids[k]);
   }
   return pages;
+}
+
+std::vector<TableRows> RecModel::lookup_rows(int id, const QueryInputs& q) const {
+  const NodeDef& n = impl_->nodes.at(size_t(id));
+  return n.rows ? n.rows(q) : std::vector<TableRows>{};
+}
+
+const EmbeddingTable& RecModel::lookup_table(int table) const {
+  const auto pooled = static_cast<int>(impl_->tables.size());
+  if (table < 0 || table >= pooled + static_cast<int>(impl_->item_tables.size()))
+    throw InvalidArgument(cat("model '", impl_->cfg.name, "' has no lookup table ", table));
+  return table < pooled ? impl_->tables[size_t(table)] : impl_->item_tables[size_t(table - pooled)];
 }
 
 const std::vector<EmbeddingTable>& RecModel::tables() const { return impl_->tables; }

@@ -32,6 +32,8 @@ struct NodeDef {
   // The same on the model's device through tandem::ops (inputs and output on it, work enqueued on
   // the stream; nullptr: synchronous). Every node has one (model_device.cpp).
   std::function<Tensor(const QueryState&, Stream*)> run_dev;
+  // Lookup nodes: the table rows the node reads for a query (RecModel::lookup_rows); else empty.
+  std::function<std::vector<TableRows>(const QueryInputs&)> rows;
 };
 
 struct RecModel::Impl {
@@ -110,5 +112,7 @@ inline float table_scale(int64_t dim) { return 1.0f / std::sqrt(static_cast<floa
 inline constexpr float kWideTableScale = 0.1f;
 // Hash salt of a table (raw ids -> rows).
 uint64_t table_salt(const std::string& table_name);
+// The rows a table of config c reads for ids (hashed with its salt when c.hash), in order.
+std::vector<int64_t> rows_of_ids(const TableConfig& c, const std::vector<int64_t>& ids);
 
 }  // namespace tandem::rec

@@ -93,6 +93,12 @@ int embedding_bag(RecModel::Impl& m, size_t t) {
                 self->caches.empty() ? nullptr : self->caches[t].get(), max_threads);
     return out;
   };
+  n.rows = [t, tc](const QueryInputs& q) {
+    const std::vector<int64_t>& ids = q.ids[t];
+    const std::vector<int64_t> bag(ids.begin() + q.offsets[t].front(),
+                                   ids.begin() + q.offsets[t].back());
+    return std::vector<TableRows>{{static_cast<int>(t), rows_of_ids(tc, bag)}};
+  };
   n.run_dev = [self, t, tc, mode](const QueryState& st, Stream* strm) {
     return dev_bags(self->dev_tables[t], tc.hash, table_salt(tc.name), st.inputs->ids[t].data(),
                     st.inputs->offsets[t].data(), rows_of(st), mode, strm);
@@ -211,6 +217,22 @@ std::vector<int> user_front(RecModel::Impl& m) {
   return front;
 }
 
+namespace {
+
+// lookup_rows' number of the first item table (after the pooled tables).
+int item_table_base(const RecModel::Impl& m) { return static_cast<int>(m.cfg.tables.size()); }
+
+// The rows each item table reads for ids[k], numbered from `first`.
+std::vector<TableRows> item_rows(const std::vector<TableConfig>& itc, int first,
+                                 const std::vector<std::vector<int64_t>>& ids) {
+  std::vector<TableRows> out;
+  for (size_t k = 0; k < itc.size(); ++k)
+    out.push_back({first + static_cast<int>(k), rows_of_ids(itc[k], ids[k])});
+  return out;
+}
+
+}  // namespace
+
 int candidate_items(RecModel::Impl& m) {
   const std::vector<TableConfig> itc = m.cfg.item_tables;
   const int64_t di = m.cfg.item_dim(), item_bytes = item_row_bytes(m.cfg);
@@ -225,6 +247,9 @@ int candidate_items(RecModel::Impl& m) {
     Tensor out = node_output({rows, di});
     gather_items(self->item_tables, itc, st.inputs->item_ids, rows, out.data<float>(), di, mt);
     return out;
+  };
+  n.rows = [itc, first = item_table_base(m)](const QueryInputs& q) {
+    return item_rows(itc, first, q.item_ids);
   };
   n.run_dev = [self, itc](const QueryState& st, Stream* strm) {
     return dev_gather_items(self->dev_item_tables, itc, st.inputs->item_ids, rows_of(st), strm);
@@ -246,6 +271,9 @@ int behaviour_items(RecModel::Impl& m) {
     Tensor out = node_output({rows, L, di});
     gather_items(self->item_tables, itc, st.inputs->seq_ids, rows * L, out.data<float>(), di, mt);
     return out;
+  };
+  n.rows = [itc, first = item_table_base(m)](const QueryInputs& q) {
+    return item_rows(itc, first, q.seq_ids);
   };
   n.run_dev = [self, itc, di, L](const QueryState& st, Stream* strm) {
     const int64_t rows = rows_of(st);
@@ -318,6 +346,9 @@ int item_sequence(RecModel::Impl& m, bool candidate_last) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < T * di; ++i) o[r * T * di + i] += pos[i];
     return out;
+  };
+  n.rows = [itc, L, candidate_last, first = item_table_base(m)](const QueryInputs& q) {
+    return item_rows(itc, first, candidate_last ? positions(q, itc.size(), L) : q.seq_ids);
   };
   n.run_dev = [self, itc, di, L, T, candidate_last](const QueryState& st, Stream* strm) {
     const int64_t rows = rows_of(st);

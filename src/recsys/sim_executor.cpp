@@ -24,7 +24,8 @@ nlohmann::json SimDevice::to_json() const {
           {"bytes_per_unit", bytes_per_unit},
           {"launch_overhead_us", launch_overhead_us},
           {"tiny_factor", tiny_factor},
-          {"mem_comp_penalty", mem_comp_penalty}};
+          {"mem_comp_penalty", mem_comp_penalty},
+          {"host_link_bytes_per_s", host_link_bytes_per_s}};
 }
 
 SimDevice SimDevice::from_json(const nlohmann::json& j, const std::string& where) {
@@ -50,6 +51,7 @@ SimDevice SimDevice::from_json(const nlohmann::json& j, const std::string& where
   d.launch_overhead_us = num("launch_overhead_us");
   d.tiny_factor = num("tiny_factor", true);
   d.mem_comp_penalty = num("mem_comp_penalty", true);
+  if (j.contains("host_link_bytes_per_s")) d.host_link_bytes_per_s = num("host_link_bytes_per_s");
   return d;
 }
 
@@ -128,12 +130,13 @@ class SimExecutor::SimEvent final : public Event {
 };
 
 struct SimExecutor::Item {
-  enum Kind { kOp, kHost, kRecord, kWait } kind = kOp;
+  enum Kind { kOp, kHost, kRecord, kWait, kTransfer } kind = kOp;
   std::vector<OpInstance> ops;  // kOp: one op, or a fused group (launch_group)
   LaunchLimits limits;
   std::function<void()> fn;
   std::shared_ptr<EventState> event;
   int64_t generation = 0;
+  double bytes = 0;  // kTransfer: over the host link
 };
 
 struct SimExecutor::Running {
@@ -141,6 +144,7 @@ struct SimExecutor::Running {
   double overhead_us = 0;   // launch overhead left: a fixed latency, uses no resources
   double remaining_us = 0;  // standalone µs of work left, after the overhead
   bool mem = false;         // shares bandwidth (else SMs): by FLOP/byte, TINY ops included
+  bool link = false;        // bound by the host link (embedding misses, transfers): shares it
   double rate = 1;
   OpCost cost;
   size_t span = 0, spans = 1;  // its entries in schedule_ (one per member op)
@@ -181,6 +185,7 @@ SimExecutor::SimExecutor(SimDevice device, SimOptions options, std::shared_ptr<S
       !(dev_.profile.mem_bandwidth_bytes_per_s > 0))
     throw InvalidArgument(cat("SimExecutor: device '", dev_.name,
                               "' needs sms >= 1, peak_flops and mem_bandwidth_bytes_per_s"));
+  if (opt_.embedding.host_tables) emb_ = make_embedding_store(dev_, opt_.embedding);
   std::lock_guard lk(mu_);
   clock_->members.push_back(this);
 }
@@ -383,11 +388,32 @@ void SimExecutor::start_op(int s, Item& item) {
   r.mem = node.bytes_moved() > 0 &&
           node.flops / node.bytes_moved() <
               dev_.profile.peak_flops / dev_.profile.mem_bandwidth_bytes_per_s;
+  if (emb_) r.remaining_us += embedding_us(item.ops, r.link, r.remaining_us);
   r.span = schedule_.size();
   r.spans = item.ops.size();
   for (const OpInstance& op : item.ops)
     schedule_.push_back(
         {op.query_id, op.node, s, c.cls, c.units, static_cast<int>(item.ops.size()), now_, now_});
+  running_.push_back(r);
+  streams_[s]->running = true;
+}
+
+void SimExecutor::host_transfer(double bytes, std::function<void()> then) {
+  if (copy_stream_ < 0) copy_stream_ = create_stream();
+  Item it;
+  it.kind = Item::kTransfer;
+  it.bytes = bytes;
+  stream_ref(copy_stream_).items.push_back(std::move(it));
+  host(copy_stream_, std::move(then));
+}
+
+void SimExecutor::start_transfer(int s, Item& item) {
+  Running r;
+  r.stream = s;
+  r.overhead_us = dev_.launch_overhead_us;
+  r.remaining_us = 1e6 * item.bytes / dev_.host_link_bytes_per_s;
+  r.link = true;
+  r.spans = 0;  // not an op of the schedule
   running_.push_back(r);
   streams_[s]->running = true;
 }
@@ -419,6 +445,11 @@ bool SimExecutor::settle() {
           progress = true;
           break;
         }
+        if (it.kind == Item::kTransfer) {
+          start_transfer(s, it);
+          progress = true;
+          break;
+        }
         if (it.kind == Item::kWait) {
           if (it.event->completed < it.generation) break;  // parked; no thread blocks
         } else if (it.kind == Item::kRecord) {
@@ -445,10 +476,19 @@ bool SimExecutor::settle() {
 }
 
 void SimExecutor::update_rates() {
-  double mem = 0, comp = 0;
+  double mem = 0, comp = 0, link = 0;
   for (const auto& r : running_)
-    if (r.overhead_us <= 0) (r.mem ? mem : comp) += r.cost.share;
+    if (r.overhead_us > 0)
+      continue;
+    else if (r.link)
+      link += 1;
+    else
+      (r.mem ? mem : comp) += r.cost.share;
   for (auto& r : running_) {
+    if (r.link) {  // transfers over the host link share it equally
+      r.rate = 1.0 / std::max(1.0, link);
+      continue;
+    }
     const double same = r.mem ? mem : comp, other = r.mem ? comp : mem;
     r.rate = 1.0 / (std::max(1.0, same) * (other > 0 ? 1 + dev_.mem_comp_penalty : 1.0));
   }

@@ -122,11 +122,13 @@ TEST_F(Cli, UnknownSubcommandWithHelpIsAnError) {
 }
 
 TEST_F(Cli, RecServeFlagsAreCapped) {
-  for (const char* flag :
-       {"--rate 1e12", "--pool 100000000", "--pool 0", "--pool -1", "--query-size -5",
-        "--rows-scale 0", "--rows-scale -1", "--cache-rows -1", "-t -1", "-t 100000",
-        "--trace-events -1", "--size-sd -4", "--max-outstanding 0", "--recstream-period 0",
-        "--recstream-window -1", "--recstream-gain -1", "--load-phases 8:x"}) {
+  for (const char* flag : {"--rate 1e12",         "--pool 100000000",     "--pool 0",
+                           "--pool -1",           "--query-size -5",      "--rows-scale 0",
+                           "--rows-scale -1",     "--cache-rows -1",      "-t -1",
+                           "-t 100000",           "--trace-events -1",    "--size-sd -4",
+                           "--max-outstanding 0", "--recstream-period 0", "--recstream-window -1",
+                           "--recstream-gain -1", "--load-phases 8:x",    "--gpu-cache-mib -1",
+                           "--gpu-cache-tau 2",   "--gpu-cache-mib 4",    "--gpu-cache-prefetch"}) {
     const CliResult r = run_cli(std::string("rec-serve -m tiny-dlrm -d 0.05 ") + flag, 30);
     EXPECT_NE(r.rc, 0) << flag << ": " << r.output;
     const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));

@@ -69,6 +69,12 @@ struct QueryInputs {
   std::vector<std::vector<int64_t>> item_ids, seq_ids;
 };
 
+// The rows one lookup node reads from one table for a query (the GPU cache's keys).
+struct TableRows {
+  int table = 0;              // index into tables(), then item_tables() (tables().size() + k)
+  std::vector<int64_t> rows;  // in lookup order, hashed ids resolved, repeats kept
+};
+
 // Concatenates queries row-wise (dynamic batching); all must belong to the same model.
 TANDEM_API QueryInputs concat_queries(const std::vector<const QueryInputs*>& parts);
 // Rows [begin, end) of a query, its inverse (DeepRecSched's split); InvalidArgument for a range
@@ -179,6 +185,12 @@ class TANDEM_API RecModel {
   // ids; WnD's wide tables (one f32 per row) are left to the lookup. Returns the pages read (0 when
   // no table is mapped). Thread-safe, like lookups.
   int64_t touch(const QueryInputs& query) const;
+  // The rows node `id` reads for query q, one entry per pooled or item table it reads; empty for
+  // nodes that read none and for WnD's wide tables (one f32 per row). Ids must be valid
+  // (validate()). Thread-safe.
+  std::vector<TableRows> lookup_rows(int id, const QueryInputs& q) const;
+  // A table by lookup_rows' numbering (pooled tables, then item tables).
+  const EmbeddingTable& lookup_table(int table) const;
   // Attaches a hot-row cache of `rows_per_table` rows to every pooled table (0 removes them).
   // Not thread-safe: call it while no query runs.
   void set_cache_rows(int64_t rows_per_table);

@@ -20,6 +20,8 @@
 //   MEM:  max(1, sum of share over MEM ops doing work)    (they share the bandwidth)
 //   COMP: max(1, sum of share over COMP ops doing work)   (they share the SMs)
 //   times (1 + mem_comp_penalty) while an op of the other class does work.
+// With SimOptions::embedding.host_tables the tables live in host memory behind a GPU cache: a
+// lookup op also pays the host link for the rows the cache misses (SimEmbeddingOptions below).
 // Nothing happens in simulated time until the simulation is driven: run_until_idle(), step(),
 // synchronize(), or an event's synchronize(). Host callbacks run inside the simulation, on the
 // driving thread, at the simulated time their stream reaches them, and may issue more work.
@@ -67,8 +69,13 @@ struct TANDEM_API SimDevice {
   double launch_overhead_us = 4;  // per op, and the TINY base cost
   double tiny_factor = 1.5;       // TINY when c < tiny_factor * launch_overhead
   double mem_comp_penalty = 0.1;  // slowdown while MEM and COMP ops run together
+  // Effective host-to-device bandwidth for embedding rows gathered from host memory (the PCIe
+  // link: 25 GB/s is about what a Gen4 x16 link sustains; an assumption, not a measurement). Used
+  // only with SimEmbeddingOptions::host_tables.
+  double host_link_bytes_per_s = 25e9;
   nlohmann::json to_json() const;
-  // InvalidArgument naming the field for a missing or non-positive number.
+  // InvalidArgument naming the field for a missing or non-positive number (host_link_bytes_per_s
+  // may be missing: 25e9).
   static SimDevice from_json(const nlohmann::json& j, const std::string& where = "sim device");
 };
 
@@ -83,6 +90,26 @@ TANDEM_API SimDevice sim_cpu_device(const DeviceProfile& cpu, double launch_over
 // profile), "sim:NAME" a built-in description; InvalidArgument for anything else.
 TANDEM_API SimDevice sim_device_from_flag(const std::string& device);
 
+// The embedding store as the simulated device holds it (the recsys spec §2.8, ablation B7).
+// Default: every table resident in device memory, lookups priced at HBM bandwidth. host_tables:
+// the tables live in host memory and a lookup op's rows (its query's real keys, deduplicated per
+// table: RecModel::lookup_rows) go through a GPU cache first (EmbeddingCache, one per table,
+// cache_bytes split over the tables in proportion to their rows x EmbeddingCache::row_bytes; a
+// table whose share is below one set gets none). Hits stay priced at HBM bandwidth; the unique
+// missing rows cost a launch overhead plus (dim * 4 + 8) bytes each over the host link (ops
+// bound by it share the link), and are then inserted: synchronously (a replace of launch overhead
+// + row bytes at HBM bandwidth, added to the op, rows visible at once) while the cache's window
+// hit rate < tau, else asynchronously (a transfer on the executor's copy stream; rows visible
+// when it ends). Prefetch: prefetch() of an admitted query (with_gpu_prefetch calls it) sends
+// its missing rows the same way, early.
+struct SimEmbeddingOptions {
+  bool host_tables = false;
+  int64_t cache_bytes = 0;  // GPU cache budget per model; 0 = none (every row from the host)
+  double tau = 0.9;         // EmbeddingCacheOptions::tau (1: synchronous insertion only)
+  int set_associativity = 2;
+  int warp_size = 32;
+};
+
 struct SimOptions {
   uint64_t seed = 1;
   double jitter = 0.05;  // relative spread of op durations, in [0, 0.5]
@@ -93,6 +120,7 @@ struct SimOptions {
   // latency-bounded throughput searches, where only simulated latencies count and computing
   // every op for real on the CPU is what makes them slow.
   bool compute = true;
+  SimEmbeddingOptions embedding;
 };
 
 // One op as it ran in simulated time.
@@ -163,13 +191,31 @@ class TANDEM_API SimExecutor final : public Executor {
   int64_t reused_blocks() const { return pool_.stats().reuses; }
   const SimDevice& device() const { return dev_; }
 
+  // Prefetch (with a GPU cache; nothing otherwise): the rows of q's lookups that the cache misses
+  // and no transfer is bringing yet go over the host link on the copy stream, then into the
+  // cache. Call it when q is admitted (with_gpu_prefetch does). Models must outlive the executor.
+  void prefetch(const RecModel& model, const QueryInputs& q);
+  // Per table of each model seen: hits, misses and hit rate of the lookups' unique keys,
+  // cache rows, rows inserted synchronously / asynchronously / by prefetch, host-link bytes;
+  // and the totals. Null without host tables.
+  nlohmann::json embedding_stats() const;
+
  private:
   struct Item;
   struct Running;
   struct SimStream;
   class SimEvent;
   struct SimClock;
+  struct EmbeddingStore;  // sim_embedding.cpp
   SimExecutor(SimDevice device, SimOptions options, std::shared_ptr<SimClock> clock);
+  static std::shared_ptr<EmbeddingStore> make_embedding_store(const SimDevice& device,
+                                                              const SimEmbeddingOptions& options);
+  // The host-link and insertion µs the lookups of ops add to their launch (0 without host
+  // tables); queues asynchronous insertions on the copy stream.
+  double embedding_us(const std::vector<OpInstance>& ops, bool& link_bound, double work_us);
+  // Queues `bytes` over the host link on the copy stream, then `then` (a host callback).
+  void host_transfer(double bytes, std::function<void()> then);
+  void start_transfer(int stream, Item& item);
   const std::vector<OpNode>& nodes_of(const RecModel& model, int64_t rows) const;
   OpCost cost(const OpNode& node, LaunchLimits limits) const;
   SimStream& stream_ref(int id);
@@ -194,7 +240,16 @@ class TANDEM_API SimExecutor final : public Executor {
   mutable std::map<std::pair<const RecModel*, int64_t>, std::vector<OpNode>> graphs_;
   std::exception_ptr error_;
   StreamPool pool_{Device::cpu()};
+  std::shared_ptr<EmbeddingStore> emb_;  // null without host tables
+  int copy_stream_ = -1;                 // created by the first host transfer
 };
+
+// Wraps a policy over `executor` so that each submitted (admitted) query's rows are prefetched
+// (SimExecutor::prefetch) before it is handed to `inner`; results, order and errors are inner's.
+// stats() adds {"embedding": executor.embedding_stats()}.
+TANDEM_API std::unique_ptr<ServingPolicy> with_gpu_prefetch(std::unique_ptr<ServingPolicy> inner,
+                                                            const RecModel& model,
+                                                            SimExecutor& executor);
 
 // Closed-loop load in simulated time: `options.clients` clients each submit a query, wait for its
 // answer and submit the next, for options.duration_s simulated seconds after options.warmup_s
