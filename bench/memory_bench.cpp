@@ -3,8 +3,8 @@
 // bandwidth:
 //   rms_norm, softmax   f32 rows, out of place
 //   gemv                ops::gemm with M = 1 and q4_0/q4_1/q8_0/f16 weights [N, K] (trans_b),
-//   dequantized
-//                       on the fly: the decode step of an LLM
+//                       dequantized on the fly: the decode step of an LLM; and ops::gemm_group
+//                       of a layer's q/k/v and gate/up against one ops::gemm per weight
 // Each case runs "hot" (one set of buffers, cache-resident after the first call) and "stream" (the
 // iterations cycle over copies of the buffers spanning kStreamBytes, far past the caches, as a
 // decode step streams every layer's weights from DRAM). Only the stream numbers are comparable to
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "bench_common.h"
 #include "tandem/ops/ops.h"
@@ -101,9 +102,15 @@ struct GemvCase {
   DType dtype;
   bool stream;
   bool int8 = false;  // int8 activations (the decode default, ops::GemmParams::int8_activations)
+  // Non-empty: W is this many weights of these row counts (summing to n), as a decoder layer's
+  // q/k/v or gate/up, run as one ops::gemm_group (`grouped`) or one ops::gemm each.
+  std::vector<int64_t> parts = {};
+  bool grouped = false;
   std::string name() const {
     return what + ".n" + std::to_string(n) + "_k" + std::to_string(k) + "." +
-           std::string(dtype_name(dtype)) + (int8 ? ".x8" : "") + (stream ? ".stream" : ".hot");
+           std::string(dtype_name(dtype)) + (int8 ? ".x8" : "") +
+           (parts.empty() ? "" : (grouped ? ".group" : ".separate")) +
+           (stream ? ".stream" : ".hot");
   }
   double weight_bytes() const { return static_cast<double>(dtype_row_bytes(dtype, k) * n); }
   double bytes() const { return weight_bytes() + 4.0 * static_cast<double>(k + n); }
@@ -124,8 +131,27 @@ void run_gemv(benchmark::State& state, const GemvCase& gc, int threads) {
     const Tensor x = random_tensor({1, gc.k}, 8100);
     Tensor y = Tensor::zeros({1, gc.n}, DType::kF32);
     const ops::GemmParams p{.trans_b = true, .int8_activations = gc.int8};
+    // A group: each copy's weight split into its parts' row ranges, one output per part.
+    const std::vector<int64_t> sizes = gc.parts.empty() ? std::vector<int64_t>{gc.n} : gc.parts;
+    std::vector<std::vector<Tensor>> part_w(static_cast<size_t>(copies));
+    std::vector<Tensor> part_y;
+    for (int64_t r0 = 0; int64_t r : sizes) {
+      for (int64_t i = 0; i < copies; ++i) part_w[i].push_back(w.views[i].slice(0, r0, r0 + r));
+      part_y.push_back(Tensor::zeros({1, r}, DType::kF32));
+      r0 += r;
+    }
+    auto run = [&](int64_t i) {
+      if (gc.parts.empty()) return ops::gemm(x, w.views[i], y, p);
+      if (gc.grouped) return ops::gemm_group(x, part_w[i], part_y, p);
+      for (size_t j = 0; j < sizes.size(); ++j) ops::gemm(x, part_w[i][j], part_y[j], p);
+    };
     const bool ok = verify_once(state, bench_name("gemv", gc.name(), threads, "tandem"), [&] {
-      ops::gemm(x, w.views[0], y, p);
+      run(0);
+      int64_t r0 = 0;
+      for (size_t j = 0; j < part_y.size() && !gc.parts.empty(); r0 += sizes[j++]) {
+        std::memcpy(y.data<float>() + r0, part_y[j].data<float>(),
+                    static_cast<size_t>(4 * sizes[j]));
+      }
       Tensor ref = Tensor::zeros({1, gc.n}, DType::kF32);
       ops::cpu_reference_kernels().gemm(x, w.views[0], ref, p, nullptr);
       const Diff diff = max_diff(y.data<float>(), ref.data<float>(), gc.n);
@@ -137,7 +163,7 @@ void run_gemv(benchmark::State& state, const GemvCase& gc, int threads) {
     if (!ok) return;
     int64_t i = 0;
     for (auto _ : state) {
-      ops::gemm(x, w.views[i], y, p);
+      run(i);
       if (++i == copies) i = 0;
       benchmark::ClobberMemory();
     }
@@ -178,6 +204,16 @@ void register_memory_benchmarks() {
       register_case("gemv", GemvCase{"smollm2.attn_q", 576, 576, dt, stream, true}, run_gemv);
       register_case("gemv", GemvCase{"smollm2.ffn_up", 1536, 576, dt, stream, true}, run_gemv);
       register_case("gemv", GemvCase{"smollm2.ffn_down", 576, 1536, dt, stream, true}, run_gemv);
+    }
+    for (bool grouped : {false, true}) {  // a layer's q/k/v and gate/up, one pass or one each
+      register_case(
+          "gemv",
+          GemvCase{"smollm2.qkv", 960, 576, DType::kQ4_1, stream, true, {576, 192, 192}, grouped},
+          run_gemv);
+      register_case(
+          "gemv",
+          GemvCase{"smollm2.gate_up", 3072, 576, DType::kQ4_1, stream, true, {1536, 1536}, grouped},
+          run_gemv);
     }
     register_case("gemv", GemvCase{"smollm2.head", 49152, 576, DType::kQ8_0, stream, true},
                   run_gemv);

@@ -49,8 +49,9 @@ bool is_weight_dtype(DType t) {
 
 }  // namespace
 
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stream* s) {
-  const char* op = "gemm";
+namespace {
+void check_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& c,
+                const GemmParams& p) {
   need_defined(a, op, "a");
   need_defined(b, op, "b");
   need_defined(c, op, "c");
@@ -71,7 +72,41 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stre
   TANDEM_NEED(k == kb && c.size(0) == m && c.size(1) == n, op,
               cat("shape mismatch: a ", a.shape().to_string(), (p.trans_a ? "^T" : ""), ", b ",
                   b.shape().to_string(), (p.trans_b ? "^T" : ""), ", c ", c.shape().to_string()));
+}
+
+// True when the bytes of x and y overlap (both defined and contiguous).
+bool overlap(const Tensor& x, const Tensor& y) {
+  const auto* x0 = static_cast<const char*>(x.raw_data());
+  const auto* y0 = static_cast<const char*>(y.raw_data());
+  return x0 < y0 + y.nbytes() && y0 < x0 + x.nbytes();
+}
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stream* s) {
+  check_gemm("gemm", a, b, c, p);
   kernels_for(c).gemm(a, b, c, p, s);
+}
+
+void gemm_group(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs,
+                const GemmParams& p, Stream* s) {
+  const char* op = "gemm_group";
+  TANDEM_NEED(
+      !bs.empty() && bs.size() == cs.size(), op,
+      cat(bs.size(), " weights and ", cs.size(), " outputs (need the same non-zero count)"));
+  for (size_t i = 0; i < bs.size(); ++i) {
+    check_gemm(op, a, bs[i], cs[i], p);
+    same_device(op, cs[0], {&cs[i]});
+    TANDEM_NEED(!overlap(a, cs[i]), op, cat("output ", i, " shares memory with a"));
+    for (size_t j = 0; j < i; ++j) {
+      TANDEM_NEED(!overlap(cs[j], cs[i]), op, cat("outputs ", j, " and ", i, " share memory"));
+    }
+  }
+  kernels_for(cs[0]).gemm_group(a, bs, cs, p, s);
+}
+
+void OpKernels::gemm_group(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs,
+                           const GemmParams& p, Stream* s) {
+  for (size_t i = 0; i < bs.size(); ++i) gemm(a, bs[i], cs[i], p, s);
 }
 
 void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p, Stream* s) {

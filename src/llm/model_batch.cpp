@@ -161,6 +161,7 @@ std::vector<Tensor> Model::forward_batch(std::span<const SequenceChunk> chunks,
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
+  Tensor qkv_out[] = {q, k, v}, gate_up_out[] = {gate, up};  // gemm_group's outputs
   // A decode step (one token per sequence) takes the decode arithmetic for every row, so a sequence
   // computes the same logits batched as alone; a step with a prefill chunk stays f32.
   const bool decode_step = t == static_cast<int64_t>(chunks.size());
@@ -179,9 +180,8 @@ std::vector<Tensor> Model::forward_batch(std::span<const SequenceChunk> chunks,
       split_qkv(qkv, q, k, v);
     } else {
       ops::rms_norm(x, w.attn_norm, h, rms);
-      ops::gemm(h, w.wq, q, tb);
-      ops::gemm(h, w.wk, k, tb);
-      ops::gemm(h, w.wv, v, tb);
+      const Tensor qkv_w[] = {w.wq, w.wk, w.wv};
+      ops::gemm_group(h, qkv_w, qkv_out, tb);
       if (plain_rope_) {
         ops::rope(q3, pos, q3, rope);
         ops::rope(k3, pos, k3, rope);
@@ -205,8 +205,8 @@ std::vector<Tensor> Model::forward_batch(std::span<const SequenceChunk> chunks,
       ops::add(x, w.b_down, x);
     } else {
       ops::rms_norm(x, w.ffn_norm, h, rms);
-      ops::gemm(h, w.w_gate, gate, tb);
-      ops::gemm(h, w.w_up, up, tb);
+      const Tensor gate_up_w[] = {w.w_gate, w.w_up};
+      ops::gemm_group(h, gate_up_w, gate_up_out, tb);
       ops::silu(gate, gate);
       ops::mul(gate, up, gate);
       ops::gemm(gate, w.w_down, x, tb_acc);

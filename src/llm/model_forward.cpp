@@ -95,6 +95,7 @@ void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> 
   Tensor k3 = k.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor v3 = v.reshape({t, int64_t{c.n_kv_heads}, hd});
   Tensor attn3 = attn.reshape({t, int64_t{c.n_heads}, hd});
+  Tensor qkv_out[] = {q, k, v}, gate_up_out[] = {gate, up};  // gemm_group's outputs
   const ops::GemmParams tb = decode_gemm_params(decode, t == 1);
   const ops::GemmParams tb_acc = decode_gemm_params(decode, t == 1, 1.0f);  // x += a W^T
   const ops::NormParams norm{.eps = c.rms_eps};
@@ -103,9 +104,8 @@ void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> 
   for (int l = first; l < last; ++l) {
     const LayerWeights& w = layers_[l];
     ops::rms_norm(x, w.attn_norm, h, norm);
-    ops::gemm(h, w.wq, q, tb);
-    ops::gemm(h, w.wk, k, tb);
-    ops::gemm(h, w.wv, v, tb);
+    const Tensor qkv_w[] = {w.wq, w.wk, w.wv};
+    ops::gemm_group(h, qkv_w, qkv_out, tb);
     ops::rope(q3, pos, q3, rope);
     ops::rope(k3, pos, k3, rope);
     cache.append(l, k3, v3, positions);
@@ -113,8 +113,8 @@ void Model::llama_layers(Tensor& x, const Tensor& pos, std::span<const int32_t> 
     observe_policy_queries(cache, l, q3, positions);
     ops::gemm(attn, w.wo, x, tb_acc);
     ops::rms_norm(x, w.ffn_norm, h, norm);
-    ops::gemm(h, w.w_gate, gate, tb);
-    ops::gemm(h, w.w_up, up, tb);
+    const Tensor gate_up_w[] = {w.w_gate, w.w_up};
+    ops::gemm_group(h, gate_up_w, gate_up_out, tb);
     ops::silu(gate, gate);
     ops::mul(gate, up, gate);
     ops::gemm(gate, w.w_down, x, tb_acc);

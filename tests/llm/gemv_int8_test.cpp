@@ -19,6 +19,7 @@
 
 #include "llm/gguf_test_util.h"
 #include "tandem/core/backend.h"
+#include "tandem/core/error.h"
 #include "tandem/core/tensor.h"
 #include "tandem/llm/gguf.h"
 #include "tandem/llm/model.h"
@@ -209,6 +210,106 @@ TEST(GemvInt8, RowsOfABatchAreComputedAsAlone) {
     }
   }
   set_cpu_num_threads(saved);
+}
+
+// A random [n, k] weight of dtype wt (the K-quants as random super-blocks).
+Tensor random_weight(int64_t n, int64_t k, DType wt, std::mt19937& rng) {
+  if (dtype_is_k_quant(wt)) {
+    std::mt19937_64 bytes(rng());
+    return llm::testing::random_kquant({n, k}, wt, bytes);
+  }
+  std::normal_distribution<float> nd;
+  std::vector<float> wv(static_cast<size_t>(n * k));
+  for (float& v : wv) v = nd(rng);
+  Tensor w = Tensor::empty({n, k}, wt);
+  ops::convert(Tensor::from_vector(wv, {n, k}, DType::kF32), w);
+  return w;
+}
+
+Tensor random_rows(int64_t m, int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> v(static_cast<size_t>(m * n));
+  for (float& x : v) x = nd(rng);
+  return Tensor::from_vector(v, {m, n}, DType::kF32);
+}
+
+// ops::gemm_group (a layer's q/k/v or gate/up as one pass of the int8 GEMV: x rounded once, the
+// rows of all the weights split over one team) gives every output bit for bit what ops::gemm gives
+// it alone: every int8 format, mixed formats in one group (a Q4_K_M layer's Q4_K q/k and Q6_K v),
+// one row and batched rows, 1 and 2 threads (every group is large enough for two: one row range
+// each, the split falling inside one weight or between two), a
+// group above the 4 MiB static-split size (chunks), alpha / beta, and the f32 arithmetic.
+TEST(GemvInt8, GroupIsBitEqualToSeparateGemms) {
+  const int saved = cpu_num_threads();
+  std::mt19937 rng(21);
+  struct Group {
+    std::vector<DType> types;
+    std::vector<int64_t> rows;
+    int64_t k;
+  };
+  const std::vector<Group> groups = {
+      {{DType::kQ4_1, DType::kQ4_1, DType::kQ4_1}, {300, 75, 75}, 576},
+      {{DType::kQ4_0, DType::kQ4_0}, {150, 150}, 576},
+      {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, {133, 67, 90}, 544},
+      {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}, {170, 45, 45}, 768},
+      {{DType::kQ6_K, DType::kQ6_K}, {137, 137}, 512},
+      {{DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}, {9, 230, 5}, 576},
+      {{DType::kQ8_0, DType::kQ8_0, DType::kQ8_0}, {3500, 3500, 100}, 576},  // 4.3 MB
+  };
+  for (const Group& g : groups) {
+    std::vector<Tensor> ws;
+    for (size_t i = 0; i < g.types.size(); ++i)
+      ws.push_back(random_weight(g.rows[i], g.k, g.types[i], rng));
+    const bool large = g.rows[0] > 1000;
+    for (int64_t m : large ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{1, 2, 5, 16}) {
+      const Tensor x = random_rows(m, g.k, rng);
+      std::vector<Tensor> y0;
+      for (int64_t n : g.rows) y0.push_back(random_rows(m, n, rng));
+      for (int threads : {1, 2}) {
+        for (bool int8 : {true, false}) {
+          if (!int8 && (large || m > 2)) continue;  // the f32 fallback once per group is enough
+          SCOPED_TRACE(testing::Message()
+                       << dtype_name(g.types[0]) << " group of " << ws.size() << " m " << m
+                       << " threads " << threads << " int8 " << int8);
+          set_cpu_num_threads(threads);
+          const ops::GemmParams p{
+              .trans_b = true, .alpha = 0.75f, .beta = 0.5f, .int8_activations = int8};
+          std::vector<Tensor> grouped, alone;
+          for (const Tensor& y : y0) grouped.push_back(y.clone()), alone.push_back(y.clone());
+          ops::gemm_group(x, ws, grouped, p);
+          for (size_t i = 0; i < ws.size(); ++i) ops::gemm(x, ws[i], alone[i], p);
+          for (size_t i = 0; i < ws.size(); ++i) {
+            int64_t differ = 0;
+            for (int64_t j = 0; j < alone[i].numel(); ++j) {
+              differ += grouped[i].data<float>()[j] != alone[i].data<float>()[j];
+            }
+            EXPECT_EQ(differ, 0) << "output " << i;
+          }
+        }
+      }
+    }
+  }
+  set_cpu_num_threads(saved);
+}
+
+TEST(GemvInt8, GroupRejectsBadArguments) {
+  std::mt19937 rng(4);
+  const Tensor w = random_weight(8, 64, DType::kQ4_1, rng), x = random_rows(1, 64, rng);
+  const ops::GemmParams p{.trans_b = true, .int8_activations = true};
+  std::vector<Tensor> ws = {w, w}, one = {Tensor::empty({1, 8}, DType::kF32)};
+  EXPECT_THROW(ops::gemm_group(x, ws, one, p), InvalidArgument);  // counts differ
+  std::vector<Tensor> none;
+  EXPECT_THROW(ops::gemm_group(x, none, none, p), InvalidArgument);
+  std::vector<Tensor> shapes = {Tensor::empty({1, 8}, DType::kF32),
+                                Tensor::empty({1, 9}, DType::kF32)};
+  EXPECT_THROW(ops::gemm_group(x, ws, shapes, p), InvalidArgument);
+  const Tensor out = Tensor::empty({1, 8}, DType::kF32);
+  std::vector<Tensor> shared = {out, out};
+  EXPECT_THROW(ops::gemm_group(x, ws, shared, p), InvalidArgument);  // the same memory twice
+  const Tensor square = random_weight(64, 64, DType::kQ4_1, rng);
+  Tensor xa = random_rows(1, 64, rng);
+  std::vector<Tensor> sq = {square}, into_a = {xa};
+  EXPECT_THROW(ops::gemm_group(xa, sq, into_a, p), InvalidArgument);  // output is the input
 }
 
 TEST(GemvInt8, ModelDecodeStepWithInt8ActivationsStaysClose) {

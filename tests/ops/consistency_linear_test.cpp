@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Consistency of gemm (f32 and every weight dtype), batched_gemm and conv2d with the reference
-// kernels.
+// Consistency of gemm (f32 and every weight dtype), gemm_group, batched_gemm and conv2d with the
+// reference kernels.
+#include <memory>
 #include <tuple>
+#include <vector>
 
 #include "consistency_common.h"
 
@@ -54,6 +56,40 @@ TEST(Gemm, DecodeShapeOfSmolLM) {
   for (DType wt : {DType::kQ4_1, DType::kQ8_0}) {
     check_gemm({1, 1536, 576, false, true, 1.0f, 0.0f}, wt, 300);
     check_gemm({12, 192, 576, false, true, 1.0f, 0.0f}, wt, 301);
+  }
+}
+
+// gemm_group: each output as the reference gemm gives it alone (q/k/v-shaped groups of every
+// weight dtype, one and several rows, alpha / beta). The int8 arithmetic has its own tolerance and
+// bit-equality tests (consistency_gemv_test.cpp, tests/llm/gemv_int8_test.cpp).
+TEST(GemmGroup, EachOutputAsTheReferenceGemm) {
+  TANDEM_OPS_PROLOGUE();
+  const int64_t k = 128;
+  const std::vector<int64_t> rows = {48, 16, 16};
+  uint32_t seed = 350;
+  for (DType wt : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    for (int64_t m : {1, 3, 12}) {
+      const std::string what = cat("gemm_group ", dtype_name(wt), " m=", m);
+      SCOPED_TRACE(what);
+      const Tensor a = random_tensor({m, k}, seed += 5);
+      const ops::GemmParams p{.trans_b = true, .alpha = 0.75f, .beta = 0.5f};
+      std::vector<Tensor> ws, c0s, wants, dev_ws;
+      std::vector<std::unique_ptr<Guarded>> outs;
+      for (int64_t n : rows) {
+        ws.push_back(converted(random_tensor({n, k}, seed += 5), wt));
+        c0s.push_back(random_tensor({m, n}, seed += 5));
+        wants.push_back(c0s.back().clone());
+        reference().gemm(a, ws.back(), wants.back(), p, nullptr);
+        dev_ws.push_back(on_device(ws.back()));
+        outs.push_back(std::make_unique<Guarded>(Shape{m, n}, DType::kF32, &c0s.back()));
+      }
+      std::vector<Tensor> views;
+      for (auto& o : outs) views.push_back(o->view());
+      ops::gemm_group(on_device(a), dev_ws, views, p);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        expect_close(outs[i]->result(what), wants[i], tol::reduction(k), cat(what, " output ", i));
+      }
+    }
   }
 }
 

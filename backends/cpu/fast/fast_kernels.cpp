@@ -2,6 +2,8 @@
 // The fast OpKernels table (the CPU backend's default): each op runs now (no stream) or is enqueued
 // on the CPU stream with its tensors captured by value, which keeps their buffers alive until it
 // ran.
+#include <vector>
+
 #include "../cpu_kernels.h"
 #include "fast_ops.h"
 
@@ -13,6 +15,12 @@ class FastKernels final : public ops::OpKernels {
   void gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
             Stream* s) override {
     run_on(s, [=] { fast::gemm(a, b, c, p); });
+  }
+  void gemm_group(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs,
+                  const ops::GemmParams& p, Stream* s) override {
+    if (s == nullptr) return fast::gemm_group(a, bs, std::span<const Tensor>(cs), p);
+    s->launch([a, b = std::vector<Tensor>(bs.begin(), bs.end()),
+               c = std::vector<Tensor>(cs.begin(), cs.end()), p] { fast::gemm_group(a, b, c, p); });
   }
   void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const ops::GemmParams& p,
                     Stream* s) override {

@@ -6,6 +6,8 @@
 // src/core/ops.cpp.
 #pragma once
 
+#include <span>
+
 #include "tandem/core/tensor.h"
 #include "tandem/ops/ops.h"
 #include "tandem/ops/params.h"
@@ -13,6 +15,10 @@
 namespace tandem::cpu::fast {
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmParams& p);
+// ops::gemm_group: with int8 activations one pass (a rounded once, the rows of all the weights
+// over one team); otherwise gemm per weight.
+void gemm_group(const Tensor& a, std::span<const Tensor> bs, std::span<const Tensor> cs,
+                const ops::GemmParams& p);
 void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const ops::GemmParams& p);
 void softmax(const Tensor& x, const Tensor& y);
 void rms_norm(const Tensor& x, const Tensor& w, const Tensor& y, const ops::NormParams& p);

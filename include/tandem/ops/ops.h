@@ -31,6 +31,16 @@ namespace tandem::ops {
 // dequantized on the fly. c: f32.
 TANDEM_API void gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p = {},
                      Stream* s = nullptr);
+// Several weights against the same activations (a decoder layer's q/k/v, or gate/up):
+// cs[i] = alpha * op(a) op(bs[i]) + beta * cs[i] for each i, each as ops::gemm(a, bs[i], cs[i], p)
+// computes it, bit for bit, and under the same checks. No output may share memory with a. A
+// backend may run the products as one pass: with p.int8_activations the CPU backend rounds a to
+// int8 once and splits the rows of all the weights over one thread team (a decode step's GEMVs
+// are too small for a team each); others run them one after the other.
+//   Tensor ws[] = {wq, wk, wv}, outs[] = {q, k, v};
+//   ops::gemm_group(h, ws, outs, {.trans_b = true, .int8_activations = true});
+TANDEM_API void gemm_group(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs,
+                           const GemmParams& p = {}, Stream* s = nullptr);
 // Batched f32 GEMM over the leading dimension: a [B, M, K], b [B, K, N] (or [B, N, K]), c [B, M,
 // N].
 TANDEM_API void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p = {},
@@ -158,6 +168,11 @@ class TANDEM_API OpKernels {
                     Stream* s) = 0;
   virtual void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, const GemmParams& p,
                             Stream* s) = 0;
+  // Arguments checked as gemm's, one (a, bs[i], cs[i]) at a time, and bs.size() == cs.size() > 0.
+  // The default runs gemm for each pair in order (the reference path); a backend overrides it
+  // where one pass over all the weights is faster.
+  virtual void gemm_group(const Tensor& a, std::span<const Tensor> bs, std::span<Tensor> cs,
+                          const GemmParams& p, Stream* s);
   virtual void softmax(const Tensor& x, Tensor& y, Stream* s) = 0;
   virtual void rms_norm(const Tensor& x, const Tensor& w, Tensor& y, const NormParams& p,
                         Stream* s) = 0;
