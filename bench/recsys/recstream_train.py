@@ -41,17 +41,18 @@ def mlp(rng, n, lo, hi):
     return [int(rng.integers(lo, hi + 1)) for _ in range(n)]
 
 
-def variant(rng, i, max_rows=512, max_pooling=120):
-    """A random model config object of the zoo format (docs/recsys.md). max_rows / max_pooling cap
-    the query sizes and DLRM's pooling (the CPU executor computes every op for real in wall time,
-    so its sweep keeps queries small enough to measure many in a short window)."""
+def variant(rng, i, query_sizes=(16, 32, 64, 128, 256, 512), max_pooling=120):
+    """A random model config object of the zoo format (docs/recsys.md); rows per query drawn from
+    query_sizes, DLRM's pooling up to max_pooling (the CPU executor's sweep keeps both small: it
+    computes every op for real in wall time, and a short window must hold many queries)."""
     kind = ["dlrm", "wnd", "din", "bst"][i % 4]
     dim = int(rng.choice([8, 16, 32, 64, 128]))
     ntab = int(rng.integers(4, 65)) if kind in ("dlrm", "wnd") else int(rng.integers(1, 5))
     rows = int(rng.integers(1000, 50001))
-    # Query sizes up to the full-size zoo's 128 rows and beyond (MLPerf's sizes reach 700).
+    # Query sizes up to the full-size zoo's 128 rows and beyond (MLPerf's sizes reach 700), and
+    # with --query-sizes down to the tiny models' few rows.
     m = {"kind": kind, "embedding_dim": dim,
-         "query_size": int(rng.choice([r for r in (16, 32, 64, 128, 256, 512) if r <= max_rows])),
+         "query_size": int(rng.choice(list(query_sizes))),
          "seed": int(rng.integers(1, 1 << 30)), "description": f"recstream training variant {i}"}
     if kind == "dlrm":
         m["pooling"] = int(rng.integers(1, max_pooling + 1))  # up to RM2's 120
@@ -108,7 +109,7 @@ def sweep(a):
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp, open(a.out, "a") as out:
         for i in range(a.pairs):
-            m = variant(rng, i, a.max_query_size, a.max_pooling)
+            m = variant(rng, i, a.query_sizes, a.max_pooling)
             clients = int(rng.choice([1, 2, 4, 8, 16, 32, 64]))
             size_dist = str(rng.choice(["fixed", "lognormal"]))
             if i < done:
@@ -405,9 +406,11 @@ def main():
     s.add_argument("--duration", type=float, default=0.002)
     s.add_argument("--device", default="sim:h100")
     s.add_argument("--seed", type=int, default=1)
-    s.add_argument("--max-query-size", type=int, default=512, help="largest rows per query drawn")
     s.add_argument("--max-pooling", type=int, default=120, help="largest DLRM pooling drawn")
     s.add_argument("--max-seconds", type=float, default=900, help="stop starting pairs after this")
+    s.add_argument("--query-sizes", default="16,32,64,128,256,512",
+                   type=lambda v: tuple(int(x) for x in v.split(",")),
+                   help="rows per query a variant draws from (comma-separated)")
     s.add_argument("--out", required=True)
     t = sub.add_parser("train")
     t.add_argument("sweep")

@@ -222,6 +222,7 @@ int run_pipeline(const RecServeOptions& o) {
   r.jitter = o.jitter;
   r.timing_only = o.timing_only;
   r.ltp = o.ltp;
+  r.recstream = o.recstream;
   r.po = o.po;
   r.lo = load_options(o.clients, o.rate_qps, o.duration_s, o.warmup_s, o.seed, o.max_outstanding);
   return run_rec_pipeline(r);
@@ -229,8 +230,8 @@ int run_pipeline(const RecServeOptions& o) {
 
 int run_rec_serve(const RecServeOptions& o) {
   using namespace tandem::rec;
-  if (!o.recstream.empty() && !o.pipeline.empty())
-    throw InvalidArgument("--recstream serves one model, not --pipeline");
+  if (o.recstream == "hill" && !o.pipeline.empty())
+    throw InvalidArgument("--pipeline takes RecStream weights (its pick per stage), not 'hill'");
   const bool gpu_cache = o.gpu_cache_mib >= 0;
   if ((gpu_cache || o.gpu_cache_prefetch) && !o.pipeline.empty())
     throw InvalidArgument(
@@ -549,7 +550,8 @@ const CommandRegistration kReg([](CLI::App& app) {
                   "a RecStream weight file (configs/recsys/recstream/sim-h100.json) predicts the "
                   "best one from the load of a sliding window, 'hill' (or weights for another "
                   "executor) climbs over K on the measured p99; switches drain the old "
-                  "configuration and are listed in the output");
+                  "configuration and are listed in the output. With --pipeline: weights only, "
+                  "each stage gets the configuration predicted for its model and rows");
   sub->add_option("--recstream-initial", o->online.initial,
                   "--recstream: the configuration it starts with")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 // `tandem rec-serve --pipeline recflow` (rec_pipeline.h).
 #include "rec_pipeline.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "tandem/recsys/pipeline.h"
 #include "tandem/recsys/recflow.h"
 #include "tandem/recsys/recflow_data.h"
+#include "tandem/recsys/recstream.h"
 #include "tandem/recsys/sim_executor.h"
 
 namespace tandem::cli {
@@ -102,6 +104,54 @@ RequestPool make_requests(const RecPipelineRun& r, const RecFlowStats& stats,
   return p;
 }
 
+// Mean and 95th percentile of each stage's rows over the pool: a request's candidates, then each
+// stage's input is min(rows of the stage before, its keep).
+std::vector<std::pair<double, double>> stage_rows(
+    const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+    const std::vector<PipelineStage>& stages) {
+  std::vector<std::pair<double, double>> out;
+  std::vector<double> rows;
+  for (const auto& q : pool) rows.push_back(double(q->rows));
+  for (const auto& st : stages) {
+    std::vector<double> sorted = rows;
+    std::sort(sorted.begin(), sorted.end());
+    double mean = 0;
+    for (double v : rows) mean += v / double(rows.size());
+    out.emplace_back(mean,
+                     sorted[std::min(sorted.size() - 1, size_t(0.95 * double(sorted.size())))]);
+    for (double& v : rows) v = std::min(v, double(st.keep));
+  }
+  return out;
+}
+
+// --recstream: each stage's configuration predicted for its model and rows under the run's load;
+// returns {stage, choice, predicted p99 of every configuration} per stage.
+nlohmann::json pick_stage_configs(const std::string& weights_path, const RecPipelineRun& r,
+                                  const Executor& ex,
+                                  const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                                  std::vector<PipelineStage>& stages) {
+  const RecStreamWeights w = load_recstream_weights(weights_path);
+  const auto rows = stage_rows(pool, stages);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const LoadShape load{.clients = double(r.lo.clients),
+                         .rate_qps = r.lo.rate_qps,
+                         .mean_rows = rows[i].first,
+                         .p95_rows = rows[i].second};
+    const RecStreamPrediction p =
+        recstream_predict(w, recstream_inputs(*stages[i].model, ex, load));
+    stages[i].policy = w.configs[size_t(p.best)].apply(r.po);
+    nlohmann::json predicted;
+    for (size_t c = 0; c < w.configs.size(); ++c) predicted[w.configs[c].name()] = p.p99_ms(int(c));
+    out.push_back({{"stage", stages[i].name},
+                   {"mean_rows", rows[i].first},
+                   {"p95_rows", rows[i].second},
+                   {"choice", w.configs[size_t(p.best)].name()},
+                   {"predicted_p99_ms", predicted}});
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_rec_pipeline(const RecPipelineRun& r) {
@@ -130,6 +180,9 @@ int run_rec_pipeline(const RecPipelineRun& r) {
     ex = std::make_unique<SimExecutor>(dev, so);
   else
     ex = std::make_unique<CpuExecutor>(measured_profile(Device::cpu()));
+  const nlohmann::json picks = r.recstream.empty()
+                                   ? nlohmann::json()
+                                   : pick_stage_configs(r.recstream, r, *ex, pool, stages);
   LoadStats s;
   nlohmann::json stage_stats;
   {
@@ -157,7 +210,8 @@ int run_rec_pipeline(const RecPipelineRun& r) {
                           {"requests_pooled", pool.size()},
                           {"ids_folded", requests.folded},
                           {"dataset", stats.dataset},
-                          {"policy", r.po.policy},
+                          {"policy", r.recstream.empty() ? r.po.policy : "recstream"},
+                          {"recstream", r.recstream},
                           {"streams", r.po.streams},
                           {"device", r.device},
                           {"clients", r.lo.clients},
@@ -171,10 +225,16 @@ int run_rec_pipeline(const RecPipelineRun& r) {
                         {"results", {{"end_to_end", s.to_json()}, {"stages", stage_stats}}}};
     if (simulated) j["params"]["sim_device"] = dev.to_json();
     if (!ltp.is_null()) j["results"]["latency_bounded_throughput"] = ltp;
+    if (!picks.is_null()) j["results"]["recstream_stage_configs"] = picks;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("RecFlow pipeline on %s, policy %s per stage, tables %.4g x the zoo's\n",
-                r.device.c_str(), r.po.policy.c_str(), m.scale);
+                r.device.c_str(), r.recstream.empty() ? r.po.policy.c_str() : "RecStream's",
+                m.scale);
+    for (const auto& pk : picks)
+      std::printf("RecStream (%s) for %s (%.0f rows): %s\n", r.recstream.c_str(),
+                  pk["stage"].get<std::string>().c_str(), pk["mean_rows"].get<double>(),
+                  pk["choice"].get<std::string>().c_str());
     std::printf("requests: %zu, %s", pool.size(), requests.source.c_str());
     if (requests.folded)
       std::printf("; %lld ids past their (scaled) table folded modulo its rows",

@@ -5,6 +5,8 @@
 // throughput and (on a simulated device) the latency-bounded throughput.
 //
 //   tandem rec-serve --pipeline recflow --device sim:h100 --policy recos --clients 8 --ltp
+//   tandem rec-serve --pipeline recflow --device sim:h100 --clients 8 --ltp \
+//       --recstream configs/recsys/recstream/sim-h100.json     # RecStream's pick per stage
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,9 @@ struct RecPipelineRun {
   double jitter = 0;
   bool timing_only = false;  // --sim-timing-only
   bool ltp = false;
+  // A RecStream weight file: each stage's stream configuration is RecStream's prediction for its
+  // model and load (the stage's rows, the clients or rate); empty: po for every stage.
+  std::string recstream;
   rec::PolicyOptions po;  // every stage's policy; po.sla_ms is the end-to-end SLA
   rec::LoadOptions lo;
 };

@@ -113,7 +113,8 @@ PipelinePolicy::PipelinePolicy(std::vector<PipelineStage> stages, ModelConfig sc
       throw InvalidArgument(cat("pipeline: stage '", s.name, "' keeps ", s.keep, " rows (< 1)"));
     check_stage_schema(schema_, s.model->config());
   }
-  for (const auto& s : stages_) policies_.push_back(make_policy(*s.model, ex_, policy));
+  for (const auto& s : stages_)
+    policies_.push_back(make_policy(*s.model, ex_, s.policy ? *s.policy : policy));
   records_.resize(stages_.size());
 }
 
@@ -128,7 +129,10 @@ PipelinePolicy::~PipelinePolicy() {
 std::string PipelinePolicy::name() const {
   std::string s;
   for (const auto& st : stages_) s += (s.empty() ? "" : ">") + st.name;
-  return cat("pipeline(", s, ") ", policies_.front()->name());
+  std::string policy = policies_.front()->name();
+  for (const auto& p : policies_)
+    if (p->name() != policy) policy = "per stage";
+  return cat("pipeline(", s, ") ", policy);
 }
 
 std::future<Response> PipelinePolicy::submit(std::shared_ptr<const QueryInputs> request,

@@ -3,6 +3,7 @@
 #include "tandem/recsys/sim_executor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -108,8 +109,9 @@ SimDevice sim_cpu_device(const DeviceProfile& cpu, double launch_overhead_us) {
 
 namespace {
 struct EventState {
-  int64_t recorded = 0;   // generation of the last record() call
-  int64_t completed = 0;  // generation whose record was reached
+  int64_t recorded = 0;      // generation of the last record() call
+  int64_t completed = 0;     // generation whose record was reached
+  std::vector<int> waiters;  // streams parked on a wait for a later generation than `completed`
 };
 }  // namespace
 
@@ -154,6 +156,8 @@ struct SimExecutor::SimStream {
   int priority = 0;
   std::deque<Item> items;
   bool running = false;  // its head op is in running_
+  bool ready = false;    // its bit in ready_: the head can be processed now
+  bool parked = false;   // in its head wait's event's waiters
 };
 
 struct SimExecutor::SimClock {
@@ -162,7 +166,10 @@ struct SimExecutor::SimClock {
   double now = 0;
   std::multimap<std::pair<double, int64_t>, std::function<void()>> timers;
   int64_t timer_seq = 0;
-  std::vector<SimExecutor*> members;  // in construction order: the order they are processed
+  // In construction order: the order they are processed. Replaced, never changed in place, so
+  // that step() holds a snapshot without copying it (a host callback may construct or destroy one).
+  std::shared_ptr<const std::vector<SimExecutor*>> members =
+      std::make_shared<std::vector<SimExecutor*>>();
 };
 
 SimExecutor::SimExecutor(SimDevice device, SimOptions options)
@@ -187,7 +194,9 @@ SimExecutor::SimExecutor(SimDevice device, SimOptions options, std::shared_ptr<S
                               "' needs sms >= 1, peak_flops and mem_bandwidth_bytes_per_s"));
   if (opt_.embedding.host_tables) emb_ = make_embedding_store(dev_, opt_.embedding);
   std::lock_guard lk(mu_);
-  clock_->members.push_back(this);
+  auto m = std::make_shared<std::vector<SimExecutor*>>(*clock_->members);
+  m->push_back(this);
+  clock_->members = std::move(m);
 }
 
 SimExecutor::~SimExecutor() {
@@ -196,14 +205,16 @@ SimExecutor::~SimExecutor() {
   } catch (...) {  // errors went to the queries' promises
   }
   std::lock_guard lk(mu_);
-  auto& m = clock_->members;
-  m.erase(std::find(m.begin(), m.end(), this));
+  auto m = std::make_shared<std::vector<SimExecutor*>>(*clock_->members);
+  m->erase(std::find(m->begin(), m->end(), this));
+  clock_->members = std::move(m);
 }
 
 int SimExecutor::create_stream(int priority) {
   std::lock_guard lk(mu_);
   streams_.push_back(std::make_unique<SimStream>());
   streams_.back()->priority = priority;
+  order_streams();
   return static_cast<int>(streams_.size()) - 1;
 }
 
@@ -241,7 +252,7 @@ void SimExecutor::launch_group(int s, const std::vector<OpInstance>& ops, Launch
   it.kind = Item::kOp;
   it.ops = ops;
   it.limits = limits;
-  stream_ref(s).items.push_back(std::move(it));
+  push(s, std::move(it));
 }
 
 void SimExecutor::host(int s, std::function<void()> fn) {
@@ -249,30 +260,30 @@ void SimExecutor::host(int s, std::function<void()> fn) {
   Item it;
   it.kind = Item::kHost;
   it.fn = std::move(fn);
-  stream_ref(s).items.push_back(std::move(it));
+  push(s, std::move(it));
 }
 
 void SimExecutor::record(Event& e, int s) {
   std::lock_guard lk(mu_);
   SimEvent& se = sim_event(e);
-  SimStream& st = stream_ref(s);
+  (void)stream_ref(s);
   Item it;
   it.kind = Item::kRecord;
   it.event = se.st_;
   it.generation = ++se.st_->recorded;
-  st.items.push_back(std::move(it));
+  push(s, std::move(it));
 }
 
 void SimExecutor::wait(int s, Event& e) {
   std::lock_guard lk(mu_);
   SimEvent& se = sim_event(e);
-  SimStream& st = stream_ref(s);
+  (void)stream_ref(s);
   if (se.st_->completed >= se.st_->recorded) return;  // already fired: nothing to wait for
   Item it;
   it.kind = Item::kWait;
   it.event = se.st_;
   it.generation = se.st_->recorded;
-  st.items.push_back(std::move(it));
+  push(s, std::move(it));
 }
 
 bool SimExecutor::done(Event& e) { return sim_event(e).query(); }
@@ -403,7 +414,7 @@ void SimExecutor::host_transfer(double bytes, std::function<void()> then) {
   Item it;
   it.kind = Item::kTransfer;
   it.bytes = bytes;
-  stream_ref(copy_stream_).items.push_back(std::move(it));
+  push(copy_stream_, std::move(it));
   host(copy_stream_, std::move(then));
 }
 
@@ -418,64 +429,128 @@ void SimExecutor::start_transfer(int s, Item& item) {
   streams_[s]->running = true;
 }
 
+// ---- stream bookkeeping: which heads can be processed, in service order
+
+void SimExecutor::order_streams() {
+  const int n = static_cast<int>(streams_.size());
+  order_.resize(size_t(n));
+  std::iota(order_.begin(), order_.end(), 0);
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](int a, int b) { return streams_[a]->priority > streams_[b]->priority; });
+  pos_.resize(size_t(n));
+  ready_.assign(size_t(n + 63) / 64, 0);
+  for (int p = 0; p < n; ++p) {
+    pos_[size_t(order_[p])] = p;
+    if (streams_[order_[p]]->ready) ready_[size_t(p) / 64] |= uint64_t(1) << (p % 64);
+  }
+}
+
+void SimExecutor::push(int s, Item item) {
+  SimStream& st = *streams_[s];
+  st.items.push_back(std::move(item));
+  if (st.items.size() == 1) refresh(s);  // a new head; otherwise the head is unchanged
+}
+
+void SimExecutor::refresh(int s) {
+  SimStream& st = *streams_[s];
+  st.ready = !st.running && !st.items.empty();
+  if (st.ready) {
+    const Item& head = st.items.front();
+    if (head.kind == Item::kWait && head.event->completed < head.generation) {
+      st.ready = false;  // parked until a record of its event is reached
+      if (!st.parked) head.event->waiters.push_back(s);
+      st.parked = true;
+    }
+  }
+  const int p = pos_[size_t(s)];
+  const uint64_t bit = uint64_t(1) << (p % 64);
+  ready_[size_t(p) / 64] = st.ready ? ready_[size_t(p) / 64] | bit : ready_[size_t(p) / 64] & ~bit;
+}
+
+int SimExecutor::next_ready(int from) const {
+  for (size_t w = size_t(from) / 64; w < ready_.size(); ++w) {
+    uint64_t bits = ready_[w];
+    if (w == size_t(from) / 64) bits &= ~uint64_t(0) << (from % 64);
+    if (bits) return static_cast<int>(w * 64) + std::countr_zero(bits);
+  }
+  return -1;
+}
+
+// Processes the stream's head items until its head op runs, it waits on an unreached event, or
+// it is empty. A record reached wakes the streams parked on its event.
+void SimExecutor::run_stream(int s) {
+  SimStream& st = *streams_[s];
+  while (!st.items.empty() && !st.running) {
+    Item& it = st.items.front();
+    if (it.kind == Item::kOp) {
+      bool live = false;
+      for (const auto& op : it.ops) live = live || !op.state->error;
+      if (!live) {  // a failed query skips its later ops
+        st.items.pop_front();
+        continue;
+      }
+      start_op(s, it);
+      rates_dirty_ = true;
+      break;
+    }
+    if (it.kind == Item::kTransfer) {
+      start_transfer(s, it);
+      rates_dirty_ = true;
+      break;
+    }
+    if (it.kind == Item::kWait) {
+      if (it.event->completed < it.generation) break;  // parked; no thread blocks
+    } else if (it.kind == Item::kRecord) {
+      EventState& ev = *it.event;
+      ev.completed = std::max(ev.completed, it.generation);
+      std::erase_if(ev.waiters, [&](int w) {
+        if (streams_[w]->items.front().generation > ev.completed) return false;
+        streams_[w]->parked = false;
+        refresh(w);
+        return true;
+      });
+    } else {
+      auto fn = std::move(it.fn);
+      st.items.pop_front();
+      try {
+        fn();
+      } catch (...) {
+        if (!error_) error_ = std::current_exception();
+      }
+      continue;
+    }
+    st.items.pop_front();
+  }
+  refresh(s);
+}
+
+// Passes over the runnable streams in service order until none is left. Within a pass, a stream
+// made runnable behind the current one is served in the same pass, one ahead of it (or created
+// during the pass) in the next: the order of the passes over every stream this replaces.
 bool SimExecutor::settle() {
   bool any = false;
-  for (bool progress = true; progress;) {
-    progress = false;
-    std::vector<int> order(streams_.size());
-    std::iota(order.begin(), order.end(), 0);
-    auto higher = [&](int a, int b) { return streams_[a]->priority > streams_[b]->priority; };
-    // Already in order (equal priorities, the common case): the sort would keep it; skip it, as
-    // it dominated long timing-only runs.
-    if (!std::is_sorted(order.begin(), order.end(), higher))
-      std::stable_sort(order.begin(), order.end(), higher);
-    for (int s : order) {
-      SimStream& st = *streams_[s];
-      while (!st.items.empty() && !st.running) {
-        Item& it = st.items.front();
-        if (it.kind == Item::kOp) {
-          bool live = false;
-          for (const auto& op : it.ops) live = live || !op.state->error;
-          if (!live) {  // a failed query skips its later ops
-            st.items.pop_front();
-            progress = true;
-            continue;
-          }
-          start_op(s, it);
-          progress = true;
-          break;
-        }
-        if (it.kind == Item::kTransfer) {
-          start_transfer(s, it);
-          progress = true;
-          break;
-        }
-        if (it.kind == Item::kWait) {
-          if (it.event->completed < it.generation) break;  // parked; no thread blocks
-        } else if (it.kind == Item::kRecord) {
-          it.event->completed = std::max(it.event->completed, it.generation);
-        } else {
-          auto fn = std::move(it.fn);
-          st.items.pop_front();
-          try {
-            fn();
-          } catch (...) {
-            if (!error_) error_ = std::current_exception();
-          }
-          progress = true;
-          continue;
-        }
-        st.items.pop_front();
-        progress = true;
+  for (int p = next_ready(0); p >= 0; p = next_ready(0)) {
+    const int created = static_cast<int>(streams_.size());  // streams of this pass
+    bool progress = false;
+    for (; p >= 0;) {
+      const int s = order_[size_t(p)];
+      if (s >= created) {
+        p = next_ready(p + 1);
+        continue;
       }
+      run_stream(s);
+      progress = true;
+      p = next_ready(pos_[size_t(s)] + 1);
     }
-    any = any || progress;
+    any = true;
+    if (!progress) break;
   }
-  update_rates();
+  if (rates_dirty_) update_rates();
   return any;
 }
 
 void SimExecutor::update_rates() {
+  rates_dirty_ = false;
   double mem = 0, comp = 0, link = 0;
   for (const auto& r : running_)
     if (r.overhead_us > 0)
@@ -501,27 +576,38 @@ double SimExecutor::next_end_us() const {
   return next;
 }
 
+// An op's overhead ends, or its work finishes, when what is left of it is within rounding of zero,
+// or too small for the clock: from 2^24 µs (16.8 s) on, a double's spacing at now exceeds 2e-9 µs,
+// so a leftover of a few 1e-9 µs would give now + leftover == now: the next event at now again,
+// dt = 0, and the simulation stepping in place forever (as DeepRecSched's RM2 search did).
 void SimExecutor::advance(double dt) {
-  std::vector<Running> still;
-  std::vector<Running> finished;
-  for (auto& r : running_) {
-    if (r.overhead_us > 0)  // dt never passes the end of an overhead (it is an event)
-      r.overhead_us = r.overhead_us - dt <= 1e-9 ? 0.0 : r.overhead_us - dt;
-    else
+  auto spent = [&](double left, double tolerance, double rate) {
+    return left <= tolerance || now_ + left / rate == now_;
+  };
+  finished_.clear();
+  size_t kept = 0;
+  for (Running& r : running_) {
+    if (r.overhead_us > 0) {  // dt never passes the end of an overhead (it is an event)
+      r.overhead_us = spent(r.overhead_us - dt, 1e-9, 1.0) ? 0.0 : r.overhead_us - dt;
+      rates_dirty_ = rates_dirty_ || r.overhead_us <= 0;  // it starts using its resource
+    } else {
       r.remaining_us -= r.rate * dt;
+    }
     // Finished: the op that defined `next`, or any within rounding of it.
-    if (r.overhead_us <= 0 && r.remaining_us <= 1e-6)
-      finished.push_back(r);
+    if (r.overhead_us <= 0 && spent(r.remaining_us, 1e-6, r.rate))
+      finished_.push_back(r);
     else
-      still.push_back(r);
+      running_[kept++] = r;
   }
-  running_ = std::move(still);
-  update_rates();  // an overhead that ended starts using its resource
-  for (const auto& r : finished) {
+  running_.resize(kept);
+  rates_dirty_ = rates_dirty_ || !finished_.empty();
+  if (rates_dirty_) update_rates();
+  for (const auto& r : finished_) {
     SimStream& st = *streams_[r.stream];
     const std::vector<OpInstance> ops = std::move(st.items.front().ops);
     st.items.pop_front();
     st.running = false;
+    refresh(r.stream);
     for (size_t k = 0; k < r.spans; ++k) {
       SimSpan& sp = schedule_[r.span + k];
       sp.end_us = now_;
@@ -539,7 +625,8 @@ void SimExecutor::advance(double dt) {
 
 bool SimExecutor::step() {
   std::lock_guard lk(mu_);
-  const auto members = clock_->members;  // a host callback may construct or destroy one
+  const auto members_now = clock_->members;  // a host callback may construct or destroy one
+  const auto& members = *members_now;
   bool did = false;
   for (SimExecutor* m : members) did = m->settle() || did;
   auto& timers = clock_->timers;

@@ -116,6 +116,26 @@ TEST(RecPipeline, ServedStagesEqualSequentialExecutionOnSimGpu) {
   }
 }
 
+// A stage's own policy (rec-serve --pipeline --recstream: RecStream's pick per stage) is the one
+// it runs, and the results are still those of sequential execution.
+TEST(RecPipeline, StagesRunTheirOwnPolicies) {
+  RecFlow rf;
+  const PolicyOptions per_stage[] = {{.policy = "recos", .streams = 4},
+                                     {.policy = "stream-pool", .streams = 2},
+                                     {.policy = "fcfs", .streams = 1}};
+  for (size_t i = 0; i < rf.stages.size(); ++i) rf.stages[i].policy = per_stage[i % 3];
+  SimExecutor sim(sim_device("h100"), {.seed = 2});
+  check_pipeline(rf, sim, {.policy = "fcfs", .streams = 1}, &sim);
+  PipelinePolicy p(rf.stages, rf.schema, sim, {.policy = "fcfs", .streams = 1});
+  const nlohmann::json j = p.stats();
+  for (size_t i = 0; i < rf.stages.size(); ++i) {
+    const auto policy = make_policy(*rf.stages[i].model, sim, per_stage[i % 3]);
+    EXPECT_EQ(j["stages"][i]["policy"], policy->name()) << rf.stages[i].name;
+  }
+  EXPECT_NE(j["stages"][0]["policy"], j["stages"][1]["policy"]);
+  EXPECT_NE(p.name().find("per stage"), std::string::npos) << p.name();
+}
+
 TEST(RecPipeline, ServedStagesEqualSequentialExecutionOnCpu) {
   RecFlow rf;
   CpuExecutor cpu(test_cpu_profile());

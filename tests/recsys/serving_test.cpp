@@ -296,6 +296,102 @@ TEST(RecServing, SimGpuTimingOnlyRunsTheSameSchedule) {
   }
 }
 
+// A larger load than the schedules above (64 clients on 8 streams for 2 ms, priorities 1-3:
+// thousands of ops, dozens in flight on many streams at once), for the event loop's bookkeeping of
+// runnable stream heads and parked waits: every stream runs its ops one at a time in FIFO order, no
+// op starts before its inputs end, every (query, node) runs once, and timing-only runs the computed
+// schedule bit for bit.
+TEST(RecServing, SimGpuLargerLoadKeepsStreamOrderAndDependencies) {
+  Fixture fx("tiny-din");
+  const Graph g = fx.model.graph(fx.cfg.query_size, sim_device("h100").profile);
+  for (const char* policy : {"recos", "race", "stream-pool"}) {
+    SCOPED_TRACE(policy);
+    auto run = [&](bool compute) {
+      SimExecutor sim(sim_device("h100"), {.seed = 9, .compute = compute});
+      PolicyOptions po{.policy = policy, .streams = 8};
+      po.admission.priority_levels = 3;
+      auto p = make_policy(fx.model, sim, po);
+      LoadOptions lo;
+      lo.clients = 64;
+      lo.duration_s = 2e-3;
+      lo.warmup_s = 0;
+      lo.priorities = 3;
+      run_sim_load(*p, sim, fx.pool, lo);
+      return sim.schedule();
+    };
+    const auto s = run(true);
+    ASSERT_GT(s.size(), 1500u);
+    EXPECT_EQ(s, run(false));
+    std::map<std::pair<int64_t, int>, const SimSpan*> by_op;
+    for (const auto& sp : s) by_op[{sp.query, sp.node}] = &sp;
+    EXPECT_EQ(by_op.size(), s.size());
+    std::map<int, std::pair<double, double>> last;  // per stream: its last launch's start, end
+    std::set<int> streams;
+    for (const auto& sp : s) {  // in start order
+      streams.insert(sp.stream);
+      auto& [start, end] = last.try_emplace(sp.stream, -1.0, 0.0).first->second;
+      if (sp.start_us != start || sp.end_us != end)  // not a member of the same group
+        EXPECT_GE(sp.start_us, end) << "stream " << sp.stream << " query " << sp.query;
+      start = sp.start_us;
+      end = sp.end_us;
+      for (int in : g.node(sp.node).inputs) {
+        auto it = by_op.find({sp.query, in});
+        ASSERT_NE(it, by_op.end()) << "query " << sp.query << " node " << in;
+        EXPECT_LE(it->second->end_us, sp.start_us) << "query " << sp.query << " node " << sp.node;
+      }
+    }
+    EXPECT_GE(streams.size(), 8u);
+  }
+}
+
+// The heads runnable at one instant are served by stream priority (highest first, then creation
+// order); a stream created by a host callback joins from the next pass over the streams, and a
+// stream parked on a wait is served in the same instant once the record is reached.
+TEST(RecServing, SimStreamsServeHeadsByPriority) {
+  Fixture fx("tiny-dlrm", 1);
+  SimExecutor sim(sim_device("h100"), {.jitter = 0, .compute = false});
+  QueryState st = fx.model.make_state(*fx.pool[0]);
+  const int node = fx.model.topological_order().back();
+  auto op = [&](int64_t query) { return OpInstance{&fx.model, node, &st, query, ""}; };
+  const int low = sim.create_stream(0), high = sim.create_stream(2), mid = sim.create_stream(1);
+  auto e = sim.create_event();
+  sim.record(*e, low);
+  sim.wait(high, *e);  // parked: served first of all at t = 0 were it not
+  sim.launch(high, op(1));
+  sim.launch(mid, op(2));
+  sim.host(low, [&] { sim.launch(sim.create_stream(5), op(4)); });
+  sim.launch(low, op(3));
+  sim.synchronize();
+  // Pass 1: high parked, mid starts 2, low reaches the record (high is runnable again, but ahead of
+  // low), creates the priority-5 stream and starts 3. Pass 2: the new stream's 4, then high's 1.
+  std::vector<int64_t> queries;
+  for (const auto& sp : sim.schedule()) {
+    queries.push_back(sp.query);
+    EXPECT_EQ(sp.start_us, 0.0);
+  }
+  EXPECT_EQ(queries, (std::vector<int64_t>{2, 3, 4, 1}));
+}
+
+// Past 2^24 µs (16.8 s) of simulated time a double's spacing exceeds the rounding tolerance of an
+// op's launch overhead: a leftover under the spacing made the next event `now` again, and the
+// simulation stepped in place forever. Ops started there (and at 100 s, 1000 s) still end.
+TEST(RecServing, SimOpsEndLateInSimulatedTime) {
+  Fixture fx("tiny-dlrm", 1);
+  SimExecutor sim(sim_device("h100"), {.seed = 1, .compute = false});
+  QueryState st = fx.model.make_state(*fx.pool[0]);
+  const int node = fx.model.topological_order().back();
+  const int s = sim.create_stream();
+  for (double t_us : {2e7, 1e8, 1e9})
+    sim.at(t_us, [&] {
+      for (int64_t q = 0; q < 50; ++q) sim.launch(s, {&fx.model, node, &st, q, ""});
+    });
+  int steps = 0;
+  EXPECT_FALSE(sim.run_until([&] { return ++steps > 100000; })) << "the simulation stalled";
+  ASSERT_EQ(sim.schedule().size(), 150u);
+  for (const auto& sp : sim.schedule()) EXPECT_GT(sp.end_us, sp.start_us);
+  EXPECT_GT(sim.now_us(), 1e9);
+}
+
 // Three queries submitted at once on a simulated device without jitter, where the best schedule
 // is known. One stream: B1 answers them in arrival order at T, 2T, 3T (T = the sum of the
 // query's op costs); RecOS with one stream and no look-ahead is earliest-deadline-first (optimal

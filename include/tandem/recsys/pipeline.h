@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct PipelineStage {
   std::string name;
   const RecModel* model = nullptr;
   int64_t keep = 1;  // rows passed on (the last stage: returned), at most the rows it scored
+  // This stage's serving policy (e.g. the configuration RecStream picks for its model and load);
+  // unset: the pipeline's.
+  std::optional<PolicyOptions> policy;
 };
 
 struct PipelineOptions {
@@ -63,8 +67,9 @@ TANDEM_API std::vector<int64_t> top_k(const std::vector<float>& scores, int64_t 
 
 class TANDEM_API PipelinePolicy final : public ServingPolicy {
  public:
-  // Builds one policy per stage with make_policy(model, executor, policy) (InvalidArgument for no
-  // stages, a null model, keep < 1, or a model that check_stage_schema refuses).
+  // Builds one policy per stage with make_policy(model, executor, the stage's policy or `policy`)
+  // (InvalidArgument for no stages, a null model, keep < 1, or a model that check_stage_schema
+  // refuses).
   PipelinePolicy(std::vector<PipelineStage> stages, ModelConfig schema, Executor& executor,
                  const PolicyOptions& policy, PipelineOptions options = {});
   ~PipelinePolicy() override;

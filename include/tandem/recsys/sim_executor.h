@@ -220,7 +220,12 @@ class TANDEM_API SimExecutor final : public Executor {
   OpCost cost(const OpNode& node, LaunchLimits limits) const;
   SimStream& stream_ref(int id);
   SimEvent& sim_event(Event& e) const;
-  bool settle();  // processes runnable stream heads at now; true if anything happened
+  bool settle();                // processes runnable stream heads at now; true if anything happened
+  void run_stream(int stream);  // processes one stream's head items until it runs, waits or empties
+  void push(int stream, Item item);
+  void refresh(int stream);        // recomputes whether the stream's head is runnable (ready_)
+  void order_streams();            // order_ / pos_ after a stream is created
+  int next_ready(int from) const;  // first runnable position >= from in order_, or -1
   void start_op(int stream, Item& item);
   void update_rates();
   double next_end_us() const;  // when the next of its running ops ends an overhead or finishes
@@ -235,7 +240,13 @@ class TANDEM_API SimExecutor final : public Executor {
   std::recursive_mutex& mu_;
   double& now_;
   std::vector<std::unique_ptr<SimStream>> streams_;
-  std::vector<Running> running_;
+  // The event loop's bookkeeping, so that a step costs what it changes, not the number of streams:
+  // streams in service order (priority, then creation), each one's position there, and a bit per
+  // position for a runnable head (not running, not empty, not parked on an unreached event).
+  std::vector<int> order_, pos_;
+  std::vector<uint64_t> ready_;
+  std::vector<Running> running_, finished_;
+  bool rates_dirty_ = false;  // running_ changed since update_rates()
   std::vector<SimSpan> schedule_;
   mutable std::map<std::pair<const RecModel*, int64_t>, std::vector<OpNode>> graphs_;
   std::exception_ptr error_;
