@@ -8,9 +8,11 @@ import time
 import urllib.request
 
 
-def add_server_args(ap):
-    """--llama-server, --tandem, -m/--model, -t/--threads, --text."""
-    ap.add_argument("--llama-server", required=True, help="llama.cpp's llama-server binary")
+def add_server_args(ap, llama_required=True):
+    """--llama-server (optional where llama_required is False), --tandem, -m/--model,
+    -t/--threads, --text."""
+    ap.add_argument("--llama-server", required=llama_required,
+                    help="llama.cpp's llama-server binary")
     ap.add_argument("--tandem", default="build/bin/tandem")
     ap.add_argument("-m", "--model", default=os.path.expanduser(
         "~/.cache/tandem/models/SmolLM2-135M-Instruct.Q4_1.gguf"))

@@ -157,8 +157,10 @@ std::vector<std::pair<uint64_t, GenerateResult>> BatchRunner::step() {
     if (s.prefilled < r.prompt.size()) {
       s.prefilled += chunks[c].tokens.size();
       if (s.prefilled < r.prompt.size()) continue;
-      s.result.stats.prefill_s = seconds(s.added, Clock::now());
+      const auto hook = Clock::now();
+      s.result.stats.prefill_s = seconds(s.added, hook);
       cache.policy().on_prefill_done(cache);
+      impl_->stats.policy_s += seconds(hook, Clock::now());
       if (r.options.max_new_tokens == 0) {
         done[c] = true;
         continue;
@@ -168,7 +170,9 @@ std::vector<std::pair<uint64_t, GenerateResult>> BatchRunner::step() {
       s.first_token = Clock::now();
       s.result.stats.ttft_s = seconds(s.added, s.first_token);
     } else {
+      const auto hook = Clock::now();
       cache.policy().on_decode_step(cache);
+      impl_->stats.policy_s += seconds(hook, Clock::now());
       tok = s.sampler.sample(row);
     }
     try {

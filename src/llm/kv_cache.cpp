@@ -117,6 +117,63 @@ int64_t KvCache::max_tokens() const {
   return best;
 }
 
+namespace {
+
+// retain() of a list of plain CPU blocks of one dtype, each [block_tokens, head_dim]: the kept
+// rows move forward in place (the erase of a vector, across blocks), the blocks left empty at the
+// end are freed. The result equals the copy into fresh blocks (every block full but the last)
+// without allocating; the rows before the first dropped slot are not touched, so a decode-time
+// eviction of a few tokens (h2o) costs the rows after them instead of the whole head. False
+// (nothing done) when the list does not qualify.
+bool retain_in_place(std::vector<KvBlock>& list, std::span<const int64_t> slots,
+                     int64_t block_tokens, int64_t head_dim) {
+  if (list.empty()) return false;
+  const DType dtype = list.front().dtype;
+  for (const KvBlock& b : list) {
+    if (b.quantized() || b.channel_scaled || b.dtype != dtype || b.k.size(0) != block_tokens ||
+        b.v.size(0) != block_tokens) {
+      return false;
+    }
+  }
+  const int64_t row = dtype_row_bytes(dtype, head_dim);
+  size_t out_block = 0;
+  int64_t out_slot = 0;  // the write cursor: slot out_slot of list[out_block]
+  size_t next = 0;
+  int64_t base = 0;
+  for (size_t bi = 0; bi < list.size() && next < slots.size(); ++bi) {
+    KvBlock& src = list[bi];
+    for (; next < slots.size() && slots[next] < base + src.used; ++next) {
+      const int64_t s = slots[next] - base;
+      KvBlock& dst = list[out_block];
+      if (out_block != bi || out_slot != s) {  // the write cursor is never after the row read
+        auto* dk = static_cast<uint8_t*>(dst.k.raw_data()) + out_slot * row;
+        auto* dv = static_cast<uint8_t*>(dst.v.raw_data()) + out_slot * row;
+        std::memmove(dk, static_cast<const uint8_t*>(src.k.raw_data()) + s * row, row);
+        std::memmove(dv, static_cast<const uint8_t*>(src.v.raw_data()) + s * row, row);
+        if (dst.positions.size() <= static_cast<size_t>(out_slot))
+          dst.positions.resize(out_slot + 1);
+        dst.positions[out_slot] = src.positions[s];
+      }
+      if (++out_slot == block_tokens) {
+        list[out_block].used = static_cast<int32_t>(block_tokens);
+        list[out_block].positions.resize(block_tokens);
+        ++out_block;
+        out_slot = 0;
+      }
+    }
+    base += src.used;
+  }
+  if (out_slot > 0) {
+    list[out_block].used = static_cast<int32_t>(out_slot);
+    list[out_block].positions.resize(out_slot);
+    ++out_block;
+  }
+  list.resize(out_block);  // the emptied blocks' buffers are released here
+  return true;
+}
+
+}  // namespace
+
 void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
   auto& list = head_blocks(layer, head);
   const int64_t total = tokens(layer, head);
@@ -131,6 +188,11 @@ void KvCache::retain(int layer, int head, std::span<const int64_t> slots) {
     retain_device(layer, head, slots);
     return;
   }
+  if (slots.empty()) {
+    list.clear();
+    return;
+  }
+  if (retain_in_place(list, slots, shape_.block_tokens, shape_.head_dim)) return;
   std::vector<KvBlock> kept;
   size_t next = 0;
   int64_t base = 0;

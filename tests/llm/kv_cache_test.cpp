@@ -97,6 +97,91 @@ TEST(KvCache, BytesAreChargedToTheAllocatorAndFreedOnRetainAndClear) {
   EXPECT_EQ(memory_stats(Device::cpu()).current_bytes, before);
 }
 
+// retain() moves kept rows forward in place: the result is every kept row (bit for bit, with its
+// position) packed into full blocks, the last partial; a head's rows ahead of the first dropped
+// slot stay where they were; nothing is allocated (the allocator's peak does not move); emptied
+// blocks are freed. Checked over repeated evictions (one slot at a time, as h2o's decode steps
+// do, and many at once), f32 and f16, and a list with a partial block in the middle.
+TEST(KvCache, RetainMovesRowsInPlaceAndPacksTheBlocks) {
+  for (const DType dtype : {DType::kF32, DType::kF16}) {
+    KvCacheShape shape = small_shape();
+    shape.dtype = dtype;
+    KvCache cache(shape);
+    const int64_t n = 23;
+    std::vector<int32_t> pos(n);
+    std::iota(pos.begin(), pos.end(), 100);
+    cache.append(1, random_tensor({n, 3, 8}, 40), random_tensor({n, 3, 8}, 41), pos);
+    // The expected head: (position, K row bytes, V row bytes) of every slot, in order.
+    const int64_t row = dtype_row_bytes(dtype, 8);
+    struct Row {
+      int32_t position;
+      std::vector<uint8_t> k, v;
+    };
+    auto rows_of = [&](int head) {
+      std::vector<Row> out;
+      for (const KvBlock& b : cache.blocks(1, head)) {
+        for (int32_t s = 0; s < b.used; ++s) {
+          const auto* k = static_cast<const uint8_t*>(b.k.raw_data()) + s * row;
+          const auto* v = static_cast<const uint8_t*>(b.v.raw_data()) + s * row;
+          out.push_back({b.positions[s], {k, k + row}, {v, v + row}});
+        }
+      }
+      return out;
+    };
+    std::vector<Row> expect = rows_of(2);
+    const void* first_block = cache.blocks(1, 2)[0].k.raw_data();
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 12; ++round) {
+      const int64_t have = static_cast<int64_t>(expect.size());
+      std::vector<int64_t> keep(static_cast<size_t>(have));
+      std::iota(keep.begin(), keep.end(), 0);
+      // Rounds 0-9 drop one slot after the first block; rounds 10-11 drop every third slot.
+      if (round < 10) {
+        keep.erase(keep.begin() + 4 + static_cast<int64_t>(rng() % (have - 4)));
+      } else {
+        std::erase_if(keep, [](int64_t j) { return j % 3 == 1; });
+      }
+      std::vector<Row> next;
+      for (int64_t j : keep) next.push_back(expect[j]);
+      expect = std::move(next);
+      const int64_t live = memory_stats(Device::cpu()).current_bytes;
+      allocator(Device::cpu()).reset_peak();
+      cache.retain(1, 2, keep);
+      EXPECT_EQ(memory_stats(Device::cpu()).peak_bytes, live) << "retain allocated";
+      const auto got = rows_of(2);
+      ASSERT_EQ(got.size(), expect.size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        EXPECT_EQ(got[j].position, expect[j].position) << j;
+        EXPECT_EQ(got[j].k, expect[j].k) << j;
+        EXPECT_EQ(got[j].v, expect[j].v) << j;
+      }
+      const auto& blocks = cache.blocks(1, 2);
+      ASSERT_EQ(blocks.size(), (expect.size() + 3) / 4);  // packed: full blocks, the last partial
+      for (size_t b = 0; b + 1 < blocks.size(); ++b) EXPECT_EQ(blocks[b].used, 4);
+      // Heads 0 and 1 of the layer hold 6 blocks each.
+      EXPECT_EQ(cache.bytes(), (12 + static_cast<int64_t>(blocks.size())) * cache.block_bytes());
+      if (round < 10) EXPECT_EQ(blocks[0].k.raw_data(), first_block) << "the first block moved";
+    }
+    // A partial block in the middle (replace_blocks may leave one): packed all the same.
+    std::vector<KvBlock> ragged = cache.blocks(1, 0);  // 6 blocks: 4 4 4 4 4 3
+    ragged[1].used = 2;
+    ragged[1].positions.resize(2);
+    cache.replace_blocks(1, 0, ragged);
+    std::vector<Row> all = rows_of(0);
+    const std::vector<int64_t> keep = {0, 3, 4, 5, 6, 7, 8, 9, 10, 12};
+    cache.retain(1, 0, keep);
+    const auto got = rows_of(0);
+    ASSERT_EQ(got.size(), keep.size());
+    for (size_t j = 0; j < keep.size(); ++j) {
+      EXPECT_EQ(got[j].position, all[keep[j]].position);
+      EXPECT_EQ(got[j].k, all[keep[j]].k);
+    }
+    EXPECT_EQ(cache.blocks(1, 0).size(), 3u);
+    cache.retain(1, 0, {});
+    EXPECT_EQ(cache.tokens(1, 0), 0);
+  }
+}
+
 TEST(KvCache, RejectsBadArguments) {
   EXPECT_THROW(KvCache(KvCacheShape{}), InvalidArgument);
   KvCache cache(small_shape());

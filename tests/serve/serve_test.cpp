@@ -380,7 +380,8 @@ TEST(Serve, ModelsHealthMetricsAndPage) {
        {"tandem_requests_total{status=\"200\"}", "tandem_generated_tokens_total 4",
         "tandem_queue_depth 0", "tandem_running_sequences 0", "tandem_kv_bytes 0",
         "tandem_time_to_first_token_seconds_count 1", "tandem_inter_token_latency_seconds_count 3",
-        "tandem_prompt_tokens_total"}) {
+        "tandem_prompt_tokens_total", "tandem_decode_step_seconds_count{rows=\"1\"} 3",
+        "tandem_decode_step_policy_seconds_total{rows=\"1\"}", "tandem_tensor_peak_bytes"}) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name << "\n" << metrics->body;
   }
   const auto page = s.client.Get("/");

@@ -242,9 +242,19 @@ void Engine::loop() {
       std::lock_guard lock(mu_);
       if (paused_ || running_.empty()) continue;
     }
+    // A decode step: every running sequence has its first token, so none feeds a prompt chunk.
+    const bool decode_only = std::all_of(running_.begin(), running_.end(),
+                                         [](const auto& job) { return job->any_token; });
+    const double policy_before = runner_.stats().policy_s;
+    const auto step_start = Clock::now();
     std::vector<std::pair<uint64_t, llm::GenerateResult>> done;
     try {
       done = runner_.step();
+      if (decode_only) {
+        metrics_.observe_decode_step(static_cast<int64_t>(running_.size()),
+                                     seconds_since(step_start),
+                                     runner_.stats().policy_s - policy_before);
+      }
     } catch (const std::exception& e) {
       log().error("serve: a batch step failed: {}", e.what());
       while (!running_.empty()) {

@@ -51,6 +51,14 @@ int64_t Metrics::requests_with_status(int status) const {
   return it == requests_.end() ? 0 : it->second;
 }
 
+void Metrics::observe_decode_step(int64_t rows, double seconds, double policy_seconds) {
+  std::lock_guard lock(mu_);
+  StepTimes& t = decode_steps_[rows];
+  ++t.count;
+  t.seconds += seconds;
+  t.policy_seconds += policy_seconds;
+}
+
 void Metrics::count_cancelled() {
   std::lock_guard lock(mu_);
   ++cancelled_;
@@ -78,6 +86,21 @@ std::string Metrics::render(const Gauges& g) const {
         "# HELP tandem_cancelled_requests_total Generations dropped because the client went away\n"
         "# TYPE tandem_cancelled_requests_total counter\ntandem_cancelled_requests_total {}\n",
         prompt_tokens_, generated_tokens_, cancelled_);
+    s += "# HELP tandem_decode_step_seconds Batch steps in which every sequence decodes a token "
+         "(no prompt chunk), by sequences in the step\n"
+         "# TYPE tandem_decode_step_seconds summary\n";
+    for (const auto& [rows, t] : decode_steps_) {
+      s += fmt::format(
+          "tandem_decode_step_seconds_sum{{rows=\"{0}\"}} {1}\n"
+          "tandem_decode_step_seconds_count{{rows=\"{0}\"}} {2}\n",
+          rows, t.seconds, t.count);
+    }
+    s += "# HELP tandem_decode_step_policy_seconds_total Seconds of those steps in the KV "
+         "policies' hooks\n# TYPE tandem_decode_step_policy_seconds_total counter\n";
+    for (const auto& [rows, t] : decode_steps_) {
+      s += fmt::format("tandem_decode_step_policy_seconds_total{{rows=\"{}\"}} {}\n", rows,
+                       t.policy_seconds);
+    }
   }
   s += fmt::format(
       "# HELP tandem_queue_depth Requests waiting for a batch slot\n"
@@ -85,8 +108,13 @@ std::string Metrics::render(const Gauges& g) const {
       "# HELP tandem_running_sequences Sequences in the running batch\n"
       "# TYPE tandem_running_sequences gauge\ntandem_running_sequences {}\n"
       "# HELP tandem_kv_bytes KV-cache bytes held by the running sequences\n"
-      "# TYPE tandem_kv_bytes gauge\ntandem_kv_bytes {}\n",
-      g.queued, g.running, g.kv_bytes);
+      "# TYPE tandem_kv_bytes gauge\ntandem_kv_bytes {}\n"
+      "# HELP tandem_tensor_bytes Live tensor bytes of the model device's allocator (KV caches, "
+      "activations, and any weights it holds)\n"
+      "# TYPE tandem_tensor_bytes gauge\ntandem_tensor_bytes {}\n"
+      "# HELP tandem_tensor_peak_bytes Most live tensor bytes of that allocator since the start\n"
+      "# TYPE tandem_tensor_peak_bytes gauge\ntandem_tensor_peak_bytes {}\n",
+      g.queued, g.running, g.kv_bytes, g.tensor_bytes, g.tensor_peak_bytes);
   s += ttft_.render("tandem_time_to_first_token_seconds",
                     "Request submitted to first token sampled");
   s += token_latency_.render("tandem_inter_token_latency_seconds",

@@ -15,6 +15,7 @@
 
 #include "engine.h"
 #include "openai.h"
+#include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
 #include "tandem/llm/chat_template.h"
 
@@ -142,7 +143,9 @@ void Server::Impl::routes() {
     res.set_content(web_page_html(), "text/html; charset=utf-8");
   });
   http.Get("/metrics", [this](const Request&, Response& res) {
-    const Gauges g{engine.queued(), engine.running(), engine.kv_bytes()};
+    const MemoryStats mem = allocator(model.device()).stats();
+    const Gauges g{engine.queued(), engine.running(), engine.kv_bytes(), mem.current_bytes,
+                   mem.peak_bytes};
     res.set_content(engine.metrics().render(g), "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", [this](const Request&, Response& res) {

@@ -90,6 +90,7 @@ struct BatchStats {
   int64_t generated_tokens = 0;  // over all sequences
   double wall_s = 0.0;
   double tokens_per_s = 0.0;  // generated tokens / wall time (the batch's decode throughput)
+  double policy_s = 0.0;      // seconds in the KV policies' hooks (on_prefill_done, on_decode_step)
 };
 
 // Generates for every request (see above); results in request order. InvalidArgument as

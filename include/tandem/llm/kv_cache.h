@@ -144,8 +144,8 @@ class TANDEM_API KvCache {
   int32_t next_position() const { return next_position_; }
 
   // Keeps only the given slots (indices into the head's token list, in the order blocks() lists
-  // them; ascending, no duplicates) of one (layer, head): they are copied into fresh blocks and
-  // the old blocks are freed. InvalidArgument for bad indices.
+  // them; ascending, no duplicates) of one (layer, head), packed into full blocks (plain CPU rows
+  // move in place), the emptied blocks freed. InvalidArgument for bad indices.
   void retain(int layer, int head, std::span<const int64_t> slots);
   // Replaces the blocks of one (layer, head) (e.g. by quantized ones, kv_quant.h); the old
   // blocks are freed. InvalidArgument for blocks of another shape or device.
