@@ -109,13 +109,10 @@ int run_rec_tune(const RecTuneOptions& o) {
                             sim_options(o.device, o.seed, SimOptions{}.jitter, o.timing_only),
                             o.output, params);
   }
-  std::sort(sizes.begin(), sizes.end());
   LoadShape shape;
   shape.clients = o.rate_qps > 0 ? 1 : o.clients;
   shape.rate_qps = o.rate_qps;
-  for (double s : sizes) shape.mean_rows += s / double(sizes.size());
-  shape.p95_rows =
-      sizes[std::min(sizes.size() - 1, size_t(std::ceil(0.95 * double(sizes.size()))) - 1)];
+  set_row_stats(shape, sizes);
 
   const SimOptions sim_opt = sim_options(o.device, o.seed, SimOptions{}.jitter, o.timing_only);
   const SimDevice sim_dev = simulated ? sim_device_from_flag(o.device) : SimDevice{};

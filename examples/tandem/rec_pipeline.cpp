@@ -104,21 +104,18 @@ RequestPool make_requests(const RecPipelineRun& r, const RecFlowStats& stats,
   return p;
 }
 
-// Mean and 95th percentile of each stage's rows over the pool: a request's candidates, then each
-// stage's input is min(rows of the stage before, its keep).
-std::vector<std::pair<double, double>> stage_rows(
-    const std::vector<std::shared_ptr<const QueryInputs>>& pool,
-    const std::vector<PipelineStage>& stages) {
-  std::vector<std::pair<double, double>> out;
+// Each stage's load shape: a request's candidates, then each stage's input is min(rows of the
+// stage before, its keep).
+std::vector<LoadShape> stage_loads(const RecPipelineRun& r,
+                                   const std::vector<std::shared_ptr<const QueryInputs>>& pool,
+                                   const std::vector<PipelineStage>& stages) {
+  std::vector<LoadShape> out;
   std::vector<double> rows;
   for (const auto& q : pool) rows.push_back(double(q->rows));
   for (const auto& st : stages) {
-    std::vector<double> sorted = rows;
-    std::sort(sorted.begin(), sorted.end());
-    double mean = 0;
-    for (double v : rows) mean += v / double(rows.size());
-    out.emplace_back(mean,
-                     sorted[std::min(sorted.size() - 1, size_t(0.95 * double(sorted.size())))]);
+    LoadShape load{.clients = double(r.lo.clients), .rate_qps = r.lo.rate_qps};
+    set_row_stats(load, rows);
+    out.push_back(load);
     for (double& v : rows) v = std::min(v, double(st.keep));
   }
   return out;
@@ -131,21 +128,17 @@ nlohmann::json pick_stage_configs(const std::string& weights_path, const RecPipe
                                   const std::vector<std::shared_ptr<const QueryInputs>>& pool,
                                   std::vector<PipelineStage>& stages) {
   const RecStreamWeights w = load_recstream_weights(weights_path);
-  const auto rows = stage_rows(pool, stages);
+  const std::vector<LoadShape> loads = stage_loads(r, pool, stages);
   nlohmann::json out = nlohmann::json::array();
   for (size_t i = 0; i < stages.size(); ++i) {
-    const LoadShape load{.clients = double(r.lo.clients),
-                         .rate_qps = r.lo.rate_qps,
-                         .mean_rows = rows[i].first,
-                         .p95_rows = rows[i].second};
     const RecStreamPrediction p =
-        recstream_predict(w, recstream_inputs(*stages[i].model, ex, load));
+        recstream_predict(w, recstream_inputs(*stages[i].model, ex, loads[i]));
     stages[i].policy = w.configs[size_t(p.best)].apply(r.po);
     nlohmann::json predicted;
     for (size_t c = 0; c < w.configs.size(); ++c) predicted[w.configs[c].name()] = p.p99_ms(int(c));
     out.push_back({{"stage", stages[i].name},
-                   {"mean_rows", rows[i].first},
-                   {"p95_rows", rows[i].second},
+                   {"mean_rows", loads[i].mean_rows},
+                   {"p95_rows", loads[i].p95_rows},
                    {"choice", w.configs[size_t(p.best)].name()},
                    {"predicted_p99_ms", predicted}});
   }

@@ -63,7 +63,7 @@ int64_t EmbeddingCache::rows_for_budget(int64_t budget_bytes, int64_t dim) {
   return budget_bytes / row_bytes(dim);
 }
 
-EmbeddingCache::EmbeddingCache(const EmbeddingCacheOptions& o) : opt_(o) {
+void EmbeddingCache::check_layout(const EmbeddingCacheOptions& o) {
   const int w = o.warp_size;
   if (w != 1 && w != 2 && w != 4 && w != 8 && w != 16 && w != 32)
     throw InvalidArgument(
@@ -75,6 +75,11 @@ EmbeddingCache::EmbeddingCache(const EmbeddingCacheOptions& o) : opt_(o) {
     throw InvalidArgument(cat("EmbeddingCache: tau must lie in [0, 1], got ", o.tau));
   if (o.window < 1)
     throw InvalidArgument(cat("EmbeddingCache: window must be >= 1, got ", o.window));
+}
+
+EmbeddingCache::EmbeddingCache(const EmbeddingCacheOptions& o) : opt_(o) {
+  check_layout(o);
+  const int w = o.warp_size;
   const int64_t rows = rows_for_budget(o.budget_bytes, o.dim);
   ways_ = int64_t(o.set_associativity) * w;
   sets_ = rows / ways_;

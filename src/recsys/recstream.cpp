@@ -133,6 +133,15 @@ std::vector<double> load_features(const ModelConfig& cfg, const LoadShape& load)
           std::log(p95),           std::log1p(pooling),       std::log1p(double(cfg.seq_len))};
 }
 
+void set_row_stats(LoadShape& load, std::vector<double> rows) {
+  if (rows.empty()) return;
+  std::sort(rows.begin(), rows.end());
+  const double n = double(rows.size());
+  load.mean_rows = 0;
+  for (double r : rows) load.mean_rows += r / n;
+  load.p95_rows = rows[std::min(rows.size() - 1, size_t(std::ceil(0.95 * n)) - 1)];
+}
+
 RecStreamInputs recstream_inputs(const RecModel& model, const Executor& executor,
                                  const LoadShape& load) {
   RecStreamInputs in;

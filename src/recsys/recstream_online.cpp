@@ -323,15 +323,12 @@ class OnlinePolicy final : public RecStreamOnlinePolicy {
     for (const Answer& a : answers_)
       if (a.slot == current_ && a.epoch == epoch_) lat.push_back(a.latency_s);
     if (int64_t(lat.size()) >= o_.min_window_queries) s.p99_ms = percentiles_ms(lat).p99;
-    std::sort(rows.begin(), rows.end());
     const double n = double(std::max<size_t>(1, rows.size()));
     s.load.clients = std::max(1.0, in_flight / n);
     if (o_.open_loop)
       s.load.rate_qps =
           double(arrivals_.size()) / std::max(1e-6, std::min(o_.window_s, since_start_s(now)));
-    for (double r : rows) s.load.mean_rows += r / n;
-    if (!rows.empty())
-      s.load.p95_rows = rows[std::min(rows.size() - 1, size_t(std::ceil(0.95 * n)) - 1)];
+    set_row_stats(s.load, std::move(rows));
     if (!switches_.empty() && switches_.back().to == slots_[current_]->config.name() &&
         !std::isfinite(switches_.back().measured_to_ms))
       switches_.back().measured_to_ms = s.p99_ms;

@@ -96,15 +96,11 @@ std::shared_ptr<SimExecutor::EmbeddingStore> SimExecutor::make_embedding_store(
   if (!(device.host_link_bytes_per_s > 0))
     throw InvalidArgument(cat("SimExecutor: device '", device.name,
                               "' needs host_link_bytes_per_s > 0 for host tables"));
-  // The cache's own checks (warp size, associativity, tau), on a one-set cache, before any use.
-  EmbeddingCacheOptions probe;
-  probe.dim = 1;
-  probe.set_associativity = o.set_associativity;
-  probe.warp_size = o.warp_size;
-  probe.tau = o.tau;
-  probe.budget_bytes =
-      EmbeddingCache::row_bytes(1) * std::max(1, o.set_associativity) * std::max(1, o.warp_size);
-  EmbeddingCache check(probe);
+  EmbeddingCacheOptions layout;  // the cache's own checks, before any table is sized
+  layout.set_associativity = o.set_associativity;
+  layout.warp_size = o.warp_size;
+  layout.tau = o.tau;
+  EmbeddingCache::check_layout(layout);
   auto store = std::make_shared<EmbeddingStore>();
   store->opt = o;
   return store;

@@ -82,6 +82,9 @@ class TANDEM_API EmbeddingCache {
   // Bytes one cached row costs, and rows a budget holds: floor(budget / row_bytes(dim)).
   static int64_t row_bytes(int64_t dim) { return dim * 4 + kKeyBytes + kMetaBytes; }
   static int64_t rows_for_budget(int64_t budget_bytes, int64_t dim);
+  // The constructor's checks of the layout options alone (warp_size, set_associativity, tau,
+  // window), for a caller that sizes its caches later.
+  static void check_layout(const EmbeddingCacheOptions& options);
 
   // For each of the n keys: on a hit, copies its value into values[i * dim ..] and stamps it; on a
   // miss, lists i and the key. `count`: the keys go into the hit/miss counters and the window

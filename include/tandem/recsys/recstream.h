@@ -79,6 +79,10 @@ struct LoadShape {
   double p95_rows = 0;   // 95th percentile of query rows (0: mean_rows)
 };
 
+// Sets load.mean_rows and load.p95_rows (the ceil(0.95 n)-th smallest) from the rows of n queries;
+// leaves them unchanged for none.
+TANDEM_API void set_row_stats(LoadShape& load, std::vector<double> rows);
+
 // A dense row-major matrix.
 struct Matrix {
   int64_t rows = 0, cols = 0;
